@@ -1,0 +1,54 @@
+"""Shared CLI pieces: consoles, options, JSON output, error rendering."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from forklift.errors import ForkliftError
+
+console = Console()
+err_console = Console(stderr=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON to stdout.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a recipe field: --set serve.max_model_len=8192 (repeatable)."),
+]
+RecipeArg = Annotated[
+    str | None, typer.Argument(help="Bundled recipe name or path to a recipe YAML (default: 'default').")
+]
+NameOpt = Annotated[str | None, typer.Option("--name", "-n", help="Run name (default: the only run, or 'default').")]
+NameArg = Annotated[str | None, typer.Argument(help="Run name (default: the only run, or 'default').")]
+
+_state: dict[str, bool] = {"debug": False}
+
+
+def set_debug(value: bool) -> None:
+    _state["debug"] = value
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def render_error(exc: ForkliftError) -> None:
+    err_console.print(f"[bold red]{type(exc).__name__}[/]: {exc.message}", highlight=False, markup=True,
+                      soft_wrap=True)
+    tail = getattr(exc, "log_tail", None)
+    if tail:
+        err_console.print("[dim]last log lines:[/]")
+        for line in tail:
+            err_console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+    if exc.fix:
+        err_console.print(f"[bold]fix[/]: {exc.fix}", highlight=False, soft_wrap=True)
+
+
+def fail(exc: ForkliftError) -> typer.Exit:
+    render_error(exc)
+    return typer.Exit(exc.exit_code)

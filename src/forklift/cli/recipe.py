@@ -1,0 +1,50 @@
+"""``forklift recipe schema|show|list``."""
+
+from __future__ import annotations
+
+import typer
+import yaml
+from rich.table import Table
+
+from forklift import recipe as recipes
+from forklift.cli.common import JsonOpt, RecipeArg, SetOpt, console, print_json
+
+recipe_app = typer.Typer(help="Inspect recipes: the typed description of a deployment.", no_args_is_help=True)
+
+
+@recipe_app.command("schema")
+def schema_cmd() -> None:
+    """Print the recipe JSON Schema."""
+    print_json(recipes.schema())
+
+
+@recipe_app.command("show")
+def show_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = False) -> None:
+    """Print a recipe as resolved (extends and --set applied)."""
+    resolved = recipes.load(recipe, set_ or [])
+    data = resolved.model_dump(mode="json")
+    if json_out:
+        print_json(data)
+    else:
+        console.print(yaml.safe_dump(data, sort_keys=False), markup=False, highlight=False)
+
+
+@recipe_app.command("list")
+def list_cmd(json_out: JsonOpt = False) -> None:
+    """List bundled recipes."""
+    rows = []
+    for name in recipes.bundled_names():
+        r = recipes.load(name)
+        rows.append({"name": name, "model": r.model.source, "nodes": len(r.nodes),
+                     "tp": r.parallel.tp, "pp": r.parallel.pp, "description": r.description or ""})
+    if json_out:
+        print_json(rows)
+        return
+    table = Table("name", "model", "nodes", "tp", "pp", "description")
+    for row in rows:
+        table.add_row(*(str(row[k]) for k in ("name", "model", "nodes", "tp", "pp", "description")))
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(recipe_app, name="recipe")

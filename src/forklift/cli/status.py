@@ -1,0 +1,84 @@
+"""``forklift status``, ``forklift logs`` and ``forklift down``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from forklift.cli.common import JsonOpt, NameArg, console, print_json
+from forklift.cluster import down as ops
+from forklift.cluster import record as records
+from forklift.errors import RunNotFoundError
+
+
+def status_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
+    """Show a run (or all runs): state, endpoint, ranks."""
+    if name is None and len(records.list_names()) != 1:
+        results = [ops.status(r) for r in records.list_records()]
+        if json_out:
+            print_json([s.to_json() for s in results])
+            return
+        table = Table("name", "status", "endpoint", "model", "ranks alive")
+        for s in results:
+            table.add_row(s.name, s.status, s.endpoint, s.served_name, f"{len(s.alive_ranks)}/{len(s.record.ranks)}")
+        console.print(table if results else "no runs; start one with `forklift up`")
+        return
+    s = ops.status(records.load(records.resolve_name(name)))
+    if json_out:
+        print_json(s.to_json())
+        return
+    console.print(f"[bold]{s.name}[/] {s.status} at {s.endpoint} ({s.served_name}, vLLM {s.vllm_version}, "
+                  f"health {'ok' if s.healthy else 'not answering'})")
+    for r in s.record.ranks:
+        state = "alive" if r.rank in s.alive_ranks else "gone"
+        console.print(f"  rank {r.rank} on {r.host}: pid {r.pid} {state}, log {r.log_path}")
+    if s.record.error:
+        console.print(f"  last error: {s.record.error}")
+
+
+def logs_cmd(
+    name: NameArg = None,
+    rank: Annotated[int, typer.Option("--rank", "-r", help="Which rank's log.")] = 0,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
+    tail: Annotated[int | None, typer.Option("--tail", help="Only the last N lines.")] = None,
+) -> None:
+    """Print a rank's engine log."""
+    rec = records.load(records.resolve_name(name))
+    if follow:
+        try:
+            for line in ops.follow_log(rec, rank):
+                print(line, flush=True)
+        except KeyboardInterrupt:
+            return
+    for line in ops.read_log(rec, rank, tail):
+        print(line)
+
+
+def down_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
+    """Stop every process of a run (SIGTERM, wait, SIGKILL) and verify nothing remains. Idempotent."""
+    run_name = records.resolve_name(name)
+    try:
+        rec = records.load(run_name)
+    except RunNotFoundError:
+        if json_out:
+            print_json({"name": run_name, "was_running": False, "stopped_ranks": [], "note": "no such run"})
+        else:
+            console.print(f"nothing to stop: no run named '{run_name}'")
+        return
+    res = ops.down(rec)
+    if json_out:
+        print_json(res.__dict__)
+        return
+    if res.was_running:
+        console.print(f"stopped {res.name}: ranks {res.stopped_ranks} in {res.seconds:.1f} s; "
+                      f"no process left, port free")
+    else:
+        console.print(f"{res.name} was not running; nothing left to stop")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status_cmd)
+    app.command("logs")(logs_cmd)
+    app.command("down")(down_cmd)

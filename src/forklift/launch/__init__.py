@@ -1,0 +1,1 @@
+"""Turn a recipe (and its plan) into the exact per-rank commands."""

@@ -1,0 +1,1 @@
+"""Models: where weights live, the bundled model, and (for the planner) their shapes."""

@@ -1,0 +1,32 @@
+"""Where forklift keeps state and caches. ``FORKLIFT_HOME`` overrides the state dir (tests use it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def home() -> Path:
+    """State dir: ``$FORKLIFT_HOME`` or ``~/.local/state/forklift``."""
+    env = os.environ.get("FORKLIFT_HOME")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "forklift"
+
+
+def runs_dir() -> Path:
+    return home() / "runs"
+
+
+def cache_dir() -> Path:
+    """Model cache: ``$FORKLIFT_CACHE`` or ``~/.cache/forklift`` (shared across FORKLIFT_HOMEs on purpose)."""
+    env = os.environ.get("FORKLIFT_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "forklift"
+
+
+def models_dir() -> Path:
+    return cache_dir() / "models"

@@ -1,0 +1,225 @@
+"""Load recipes: a bundled name or a YAML path, ``extends:`` chains, ``--set a.b=value`` overrides.
+
+Errors name the file, the field path and the fix, with a "did you mean" for misspelt keys.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from forklift.errors import RecipeError, RecipeNotFoundError
+from forklift.recipe.schema import Recipe
+
+DEFAULT_RECIPE = "default"
+_MAX_EXTENDS_DEPTH = 8
+
+
+def bundled_names() -> list[str]:
+    """Names of the recipes shipped with forklift."""
+    folder = resources.files("forklift.recipe") / "recipes"
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def _read_source(ref: str, relative_to: Path | None) -> tuple[str, str, str]:
+    """Return (display name, yaml text, directory for relative extends) for a name or path."""
+    candidates: list[Path] = []
+    as_path = Path(ref).expanduser()
+    if relative_to is not None and not as_path.is_absolute():
+        candidates.append(relative_to / as_path)
+    candidates.append(as_path)
+    for cand in candidates:
+        if cand.is_file():
+            return str(cand), cand.read_text(), str(cand.parent.resolve())
+    if ref in bundled_names():
+        text = (resources.files("forklift.recipe") / "recipes" / f"{ref}.yaml").read_text()
+        return f"bundled:{ref}", text, ""
+    close = difflib.get_close_matches(ref, bundled_names(), n=1)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    raise RecipeNotFoundError(
+        f"recipe '{ref}' not found: no such file and no bundled recipe of that name.{hint}",
+        fix="Run `forklift recipe list` for bundled recipes, or pass a path to a YAML file.",
+    )
+
+
+def _parse_yaml(display: str, text: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"{display}: not valid YAML: {exc}", source=display,
+                          fix="Fix the YAML syntax at the position shown.") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RecipeError(f"{display}: a recipe must be a mapping, got {type(data).__name__}", source=display,
+                          fix="Start the file with keys such as `model:` and `serve:`.")
+    return data
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge ``over`` into ``base``: mappings merge key by key, anything else is replaced."""
+    out: dict[str, Any] = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _resolve_raw(ref: str, relative_to: Path | None, seen: list[str]) -> tuple[str, dict[str, Any]]:
+    display, text, folder = _read_source(ref, relative_to)
+    if display in seen:
+        raise RecipeError(f"{display}: `extends` loops: {' -> '.join([*seen, display])}", source=display,
+                          fix="Remove the cycle from the extends chain.")
+    if len(seen) >= _MAX_EXTENDS_DEPTH:
+        raise RecipeError(f"{display}: extends chain deeper than {_MAX_EXTENDS_DEPTH}", source=display)
+    data = _parse_yaml(display, text)
+    parent = data.get("extends")
+    if parent is None:
+        return display, data
+    if not isinstance(parent, str):
+        raise RecipeError(f"{display}: extends: must be a recipe name or path", source=display)
+    _, base = _resolve_raw(parent, Path(folder) if folder else relative_to, [*seen, display])
+    base.pop("name", None)
+    merged = deep_merge(base, data)
+    return display, merged
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``a.b=value`` -> (["a", "b"], value parsed as YAML scalar/list)."""
+    if "=" not in item:
+        raise RecipeError(f"--set {item!r}: expected KEY.PATH=VALUE", fix="Example: --set serve.port=8001")
+    key, _, raw = item.partition("=")
+    path = [p for p in key.strip().split(".") if p]
+    if not path:
+        raise RecipeError(f"--set {item!r}: empty key", fix="Example: --set serve.max_model_len=4096")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return path, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(json.dumps(data))
+    for item in overrides:
+        path, value = parse_override(item)
+        cursor: Any = out
+        for i, part in enumerate(path[:-1]):
+            if isinstance(cursor, list):
+                try:
+                    cursor = cursor[int(part)]
+                    continue
+                except (ValueError, IndexError) as exc:
+                    raise RecipeError(f"--set {item}: '{'.'.join(path[: i + 1])}' is not a list index") from exc
+            nxt = cursor.get(part)
+            if not isinstance(nxt, dict | list):
+                nxt = {}
+                cursor[part] = nxt
+            cursor = nxt
+        last = path[-1]
+        if isinstance(cursor, list):
+            try:
+                cursor[int(last)] = value
+            except (ValueError, IndexError) as exc:
+                raise RecipeError(f"--set {item}: '{last}' is not a valid list index") from exc
+        else:
+            cursor[last] = value
+    return out
+
+
+def _model_at(loc: Sequence[int | str]) -> type[BaseModel] | None:
+    """The pydantic model class that owns the field at ``loc`` (for did-you-mean suggestions)."""
+    current: Any = Recipe
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            # discriminated union tags appear in loc as the tag name
+            return None
+        field = current.model_fields.get(str(part))
+        if field is None:
+            kind = current.model_fields.get("kind")
+            if kind is not None and kind.default == part:
+                continue  # a discriminated union's tag in the error location
+            return None
+        current = _unwrap(field.annotation, loc)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(annotation: Any, loc: Sequence[int | str]) -> Any:
+    from typing import get_args
+
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+    for a in args:  # list[Node] / Annotated[Union, ...]
+        for inner in get_args(a):
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                models.append(inner)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if len(models) == 1:
+        return models[0]
+    for m in models:  # discriminated: choose by tag present in loc
+        tag = m.model_fields.get("kind")
+        if tag is not None and tag.default in loc:
+            return m
+    return models[0] if models else None
+
+
+def format_validation_error(display: str, exc: ValidationError) -> RecipeError:
+    problems: list[str] = []
+    for err in exc.errors():
+        loc = [p for p in err["loc"]]
+        path = ".".join(str(p) for p in loc) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            owner = _model_at(loc[:-1]) if len(loc) > 1 else Recipe
+            known = sorted(owner.model_fields) if owner else []
+            close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+            if close:
+                hint = f"; did you mean '{close[0]}'?"
+            else:
+                hint = f"; known keys: {', '.join(known)}" if known else ""
+            shown = ".".join(str(p) for p in loc if p not in ("venv", "docker"))
+            problems.append(f"{shown}: unknown field{hint}")
+        elif err["type"] == "missing":
+            problems.append(f"{path}: required field missing")
+        else:
+            got = err.get("input")
+            got_s = "" if isinstance(got, dict | list) else f" (got {got!r})"
+            problems.append(f"{path}: {err['msg']}{got_s}")
+    lines = "\n".join(f"  {display}: {p}" for p in problems)
+    return RecipeError(
+        f"{display}: {len(problems)} problem(s) in the recipe:\n{lines}",
+        source=display,
+        problems=problems,
+        fix="Fix the fields named above; `forklift recipe schema` lists every field.",
+    )
+
+
+def validate(data: Mapping[str, Any], display: str = "<recipe>") -> Recipe:
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise format_validation_error(display, exc) from None
+
+
+def load(ref: str | None = None, overrides: Sequence[str] = ()) -> Recipe:
+    """Load a recipe by bundled name or path, resolve ``extends``, apply ``--set`` overrides, validate."""
+    ref = ref or DEFAULT_RECIPE
+    display, data = _resolve_raw(ref, None, [])
+    data.setdefault("name", Path(ref).stem if display != f"bundled:{ref}" else ref)
+    data = apply_overrides(data, overrides)
+    return validate(data, display)
+
+
+def schema() -> dict[str, Any]:
+    return Recipe.model_json_schema()

@@ -1,0 +1,236 @@
+"""The recipe: what the user wants deployed. Pure data, pydantic v2, unknown keys are errors.
+
+Every knob that changes memory or speed is a typed field; ``serve.extra_args`` is the escape hatch
+that ``plan`` warns about.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+BUNDLED_PREFIX = "bundled:"
+
+
+class Strict(BaseModel):
+    """Base for every recipe section: unknown keys rejected, assignment validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSection(Strict):
+    """Which weights to serve."""
+
+    source: str = Field(
+        description="A local path, a Hugging Face id (org/name, read from the local HF cache), "
+        "or 'bundled:NAME' for a model forklift ships."
+    )
+    served_name: str | None = Field(
+        default=None, description="Name clients use in requests; default: the last part of source."
+    )
+    revision: str | None = Field(default=None, description="Hugging Face revision, for hub ids.")
+    tokenizer: str | None = Field(default=None, description="Tokenizer path/id if not beside the weights.")
+    load_format: Literal["auto", "safetensors", "dummy", "gguf"] = Field(
+        default="auto", description="'dummy' loads random weights from config.json alone (testing, sizing)."
+    )
+    trust_remote_code: bool = False
+
+    @field_validator("source")
+    @classmethod
+    def _source_not_empty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+    @property
+    def is_bundled(self) -> bool:
+        return self.source.startswith(BUNDLED_PREFIX)
+
+    @property
+    def bundled_name(self) -> str:
+        return self.source[len(BUNDLED_PREFIX) :]
+
+    def default_served_name(self) -> str:
+        if self.served_name:
+            return self.served_name
+        tail = self.source.rstrip("/").split("/")[-1]
+        return tail.split(":")[-1]
+
+
+class VenvRuntime(Strict):
+    """vLLM installed in a Python environment on each node."""
+
+    kind: Literal["venv"] = "venv"
+    python: str | None = Field(
+        default=None, description="Python interpreter with vLLM; default: the one running forklift."
+    )
+
+
+class DockerRuntime(Strict):
+    """vLLM inside a container on each node."""
+
+    kind: Literal["docker"] = "docker"
+    image: str = Field(description="Image with vLLM installed.")
+    gpus: str | None = Field(default="all", description="Value for `docker run --gpus`; null for CPU.")
+    mounts: list[str] = Field(default_factory=list, description="Extra `-v` mounts, host:container[:ro].")
+    extra_docker_args: list[str] = Field(default_factory=list)
+    python: str = "python3"
+
+
+Runtime = Annotated[VenvRuntime | DockerRuntime, Field(discriminator="kind")]
+
+
+class Node(Strict):
+    """One host of the deployment."""
+
+    host: str = Field(default="localhost", description="Name in forklift's output; 'localhost' runs locally.")
+    ssh: str | None = Field(
+        default=None, description="SSH target user@host[:port]; the user's ~/.ssh/config applies."
+    )
+    hardware: str = Field(default="cpu", description="Hardware profile name (see `forklift hw --list`).")
+    data_ip: str | None = Field(default=None, description="Address other ranks reach this node on.")
+    model_path: str | None = Field(default=None, description="Model location on this node if it differs.")
+
+    @property
+    def is_local(self) -> bool:
+        return self.ssh is None and self.host in ("localhost", "127.0.0.1", "::1")
+
+
+class Parallel(Strict):
+    """How the model is split."""
+
+    tp: int = Field(default=1, ge=1, description="Tensor parallel size (GPUs per node sharing each layer).")
+    pp: int = Field(default=1, ge=1, description="Pipeline parallel size (stages, usually one per node).")
+    dp: int = Field(default=1, ge=1, description="Data parallel replicas.")
+    dcp: int = Field(default=1, ge=1, description="Decode context parallel size (splits stored KV tokens).")
+    backend: Literal["native", "ray"] = Field(
+        default="native", description="Multi-node executor: vLLM's native (--nnodes) or Ray."
+    )
+    pp_layer_partition: list[int] | None = Field(
+        default=None, description="VLLM_PP_LAYER_PARTITION: layers per stage, must sum to the layer count."
+    )
+
+    @model_validator(mode="after")
+    def _partition_matches_pp(self) -> Parallel:
+        if self.pp_layer_partition is not None and len(self.pp_layer_partition) != self.pp:
+            raise ValueError(
+                f"pp_layer_partition has {len(self.pp_layer_partition)} entries but pp is {self.pp}"
+            )
+        return self
+
+
+class Speculative(Strict):
+    """Speculative decoding (vLLM --speculative-config)."""
+
+    method: Literal["ngram", "eagle", "eagle3", "mtp", "draft_model", "suffix"] = "mtp"
+    num_speculative_tokens: int = Field(default=1, ge=1)
+    model: str | None = None
+    prompt_lookup_max: int | None = Field(default=None, ge=1)
+    prompt_lookup_min: int | None = Field(default=None, ge=1)
+
+
+KvCacheDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"]
+Quantization = Literal[
+    "fp8", "modelopt_fp4", "nvfp4", "mxfp4", "awq", "awq_marlin", "gptq", "gptq_marlin",
+    "compressed-tensors", "bitsandbytes", "gguf",
+]
+
+
+class Serve(Strict):
+    """vLLM serving knobs. Null means vLLM's own default."""
+
+    host: str = Field(default="127.0.0.1", description="Address the API server binds on the head node.")
+    port: int = Field(default=8000, ge=1, le=65535)
+    max_model_len: int | None = Field(default=None, ge=16)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    kv_cache_dtype: KvCacheDtype = "auto"
+    quantization: Quantization | None = None
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    enforce_eager: bool = False
+    block_size: int | None = Field(default=None, ge=1)
+    cpu_kv_cache_gib: float | None = Field(
+        default=None, gt=0, description="vLLM-CPU's KV pool in GiB (VLLM_CPU_KVCACHE_SPACE)."
+    )
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    enable_auto_tool_choice: bool = False
+    speculative: Speculative | None = None
+    api_key_env: str | None = Field(
+        default=None, description="Name of an environment variable holding the API key (never the key)."
+    )
+    seed: int | None = None
+    extra_args: list[str] = Field(
+        default_factory=list, description="Escape hatch: raw vLLM arguments. `plan` warns about these."
+    )
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError("must be an environment variable name such as FORKLIFT_API_KEY, not the key")
+        return v
+
+    @model_validator(mode="after")
+    def _tool_choice_needs_parser(self) -> Serve:
+        if self.enable_auto_tool_choice and not self.tool_call_parser:
+            raise ValueError("enable_auto_tool_choice needs tool_call_parser (for example 'hermes')")
+        return self
+
+
+class Network(Strict):
+    """Data-plane settings for multi-node deployments (NCCL / Gloo)."""
+
+    master_port: int = Field(default=29500, ge=1, le=65535)
+    nccl_socket_ifname: str | None = None
+    gloo_socket_ifname: str | None = None
+    nccl_ib_disable: bool | None = None
+    nccl_ib_hca: str | None = None
+    nccl_net_gdr_level: int | None = Field(default=None, ge=0)
+    nccl_debug: Literal["WARN", "INFO", "TRACE"] | None = None
+    profile: str = Field(default="ethernet-200g", description="Network profile for the planner's hop cost.")
+
+
+class Ray(Strict):
+    """Ray backend settings (only used with parallel.backend: ray); seed 002's timeouts."""
+
+    port: int = Field(default=6379, ge=1, le=65535)
+    health_check_failure_threshold: int | None = Field(default=600, ge=1)
+    cgraph_get_timeout_s: int | None = Field(default=3600, ge=1)
+    start_timeout_s: float = Field(default=120.0, gt=0)
+
+
+class Timeouts(Strict):
+    """How long forklift waits."""
+
+    ready_s: float = Field(default=1800.0, gt=0, description="Startup until the first token.")
+    stop_s: float = Field(default=30.0, gt=0, description="SIGTERM grace before SIGKILL in `down`.")
+
+
+class Recipe(Strict):
+    """A deployment: model, nodes, parallelism, serving knobs, patches, env."""
+
+    name: str | None = Field(default=None, description="Recipe name (filled from the file name).")
+    description: str | None = None
+    extends: str | None = Field(default=None, description="Another recipe (name or path) this one overrides.")
+    model: ModelSection
+    runtime: Runtime = Field(default_factory=VenvRuntime)
+    nodes: list[Node] = Field(default_factory=lambda: [Node()], min_length=1)
+    parallel: Parallel = Field(default_factory=Parallel)
+    serve: Serve = Field(default_factory=Serve)
+    network: Network = Field(default_factory=Network)
+    ray: Ray = Field(default_factory=Ray)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every rank.")
+    patches: list[str] = Field(default_factory=list, description="Patch ids from `forklift patch list`.")
+
+    @property
+    def head(self) -> Node:
+        return self.nodes[0]
+
+    @property
+    def served_name(self) -> str:
+        return self.model.default_served_name()

@@ -1,0 +1,31 @@
+"""Helpers for tests that run the real CLI and real engines."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def forklift(*args: str, home: Path | None = None, timeout: float = 900, env: dict[str, str] | None = None,
+             ) -> subprocess.CompletedProcess[str]:
+    """Run the real `forklift` CLI as a subprocess."""
+    full_env = dict(os.environ)
+    if home is not None:
+        full_env["FORKLIFT_HOME"] = str(home)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "forklift.cli.main", *args],
+        capture_output=True, text=True, timeout=timeout, env=full_env, check=False,
+    )
