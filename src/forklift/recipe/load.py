@@ -184,10 +184,8 @@ def format_validation_error(display: str, exc: ValidationError) -> RecipeError:
             owner = _model_at(loc[:-1]) if len(loc) > 1 else Recipe
             known = sorted(owner.model_fields) if owner else []
             close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
-            if close:
-                hint = f"; did you mean '{close[0]}'?"
-            else:
-                hint = f"; known keys: {', '.join(known)}" if known else ""
+            listing = f"; known keys: {', '.join(known)}" if known else ""
+            hint = f"; did you mean '{close[0]}'?" if close else listing
             shown = ".".join(str(p) for p in loc if p not in ("venv", "docker"))
             problems.append(f"{shown}: unknown field{hint}")
         elif err["type"] == "missing":
