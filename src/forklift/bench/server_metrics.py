@@ -1,0 +1,148 @@
+"""The server's side of the story: vLLM's Prometheus counters, scraped before and after a run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+PROMPT = "vllm:prompt_tokens"
+GENERATION = "vllm:generation_tokens"
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+_COUNTERS = (PROMPT, GENERATION, SPEC_DRAFTS, SPEC_DRAFT_TOKENS, SPEC_ACCEPTED)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Counter totals (summed over engines and label sets) and per-position spec-decode acceptances."""
+
+    counters: Mapping[str, float]
+    accepted_per_pos: Mapping[int, float] = field(default_factory=dict)
+
+    def get(self, name: str) -> float | None:
+        return self.counters.get(name)
+
+
+def parse(text: str, model: str | None = None) -> Snapshot:
+    """Sum the counters forklift cross-checks; when ``model`` is given, only samples labelled with it.
+
+    prometheus_client's parser names a counter family without ``_total`` and its samples with it.
+    """
+    totals: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in _COUNTERS and family.name != SPEC_ACCEPTED_PER_POS:
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith("_total"):
+                continue  # _created timestamps
+            labels = sample.labels
+            if model is not None and "model_name" in labels and labels["model_name"] != model:
+                continue
+            if family.name == SPEC_ACCEPTED_PER_POS:
+                pos = int(labels.get("position", "-1"))
+                per_pos[pos] = per_pos.get(pos, 0.0) + sample.value
+            else:
+                totals[family.name] = totals.get(family.name, 0.0) + sample.value
+    return Snapshot(counters=totals, accepted_per_pos=per_pos)
+
+
+def scrape(base_url: str, model: str | None = None, *, timeout: float = 10.0,
+           headers: Mapping[str, str] | None = None) -> tuple[Snapshot | None, str | None]:
+    """GET ``/metrics``; returns (snapshot, None) or (None, why it is unavailable). Never raises."""
+    try:
+        resp = httpx.get(f"{base_url}/metrics", timeout=timeout, headers=dict(headers or {}))
+    except httpx.HTTPError as exc:
+        return None, f"GET /metrics failed: {type(exc).__name__}: {exc}"
+    if resp.status_code != 200:
+        return None, f"GET /metrics answered HTTP {resp.status_code}"
+    try:
+        snap = parse(resp.text, model)
+    except ValueError as exc:
+        return None, f"/metrics is not Prometheus text: {exc}"
+    if PROMPT not in snap.counters and GENERATION not in snap.counters:
+        return None, "/metrics has no vllm:prompt_tokens or vllm:generation_tokens counters"
+    return snap, None
+
+
+@dataclass(frozen=True)
+class CounterCheck:
+    """Client totals against the server's counter deltas over the same window."""
+
+    client_prompt_tokens: int
+    client_generation_tokens: int
+    server_prompt_tokens: float | None
+    server_generation_tokens: float | None
+    note: str | None = None
+    spec_decode: dict[str, Any] | None = None
+
+    @property
+    def match(self) -> bool | None:
+        """True when both counters equal the client's counts; None when the server gave no counters."""
+        if self.server_prompt_tokens is None or self.server_generation_tokens is None:
+            return None
+        return (self.server_prompt_tokens == self.client_prompt_tokens
+                and self.server_generation_tokens == self.client_generation_tokens)
+
+    def to_json(self) -> dict[str, Any]:
+        def diff(server: float | None, client: int) -> float | None:
+            return None if server is None else server - client
+
+        return {
+            "match": self.match,
+            "prompt_tokens": {"client": self.client_prompt_tokens, "server": self.server_prompt_tokens,
+                              "difference": diff(self.server_prompt_tokens, self.client_prompt_tokens)},
+            "generation_tokens": {"client": self.client_generation_tokens, "server": self.server_generation_tokens,
+                                  "difference": diff(self.server_generation_tokens, self.client_generation_tokens)},
+            "note": self.note,
+            "spec_decode": self.spec_decode,
+        }
+
+
+def _delta(before: Snapshot, after: Snapshot, name: str) -> float | None:
+    a, b = after.get(name), before.get(name)
+    if a is None:
+        return None
+    return a - (b or 0.0)
+
+
+def spec_decode_stats(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
+    """Acceptance over the window, as ``vllm bench serve`` reports it; None without spec-decode counters."""
+    drafts = _delta(before, after, SPEC_DRAFTS)
+    draft_tokens = _delta(before, after, SPEC_DRAFT_TOKENS)
+    accepted = _delta(before, after, SPEC_ACCEPTED)
+    if drafts is None or draft_tokens is None or accepted is None:
+        return None
+    per_pos = {
+        pos: after.accepted_per_pos[pos] - before.accepted_per_pos.get(pos, 0.0)
+        for pos in sorted(after.accepted_per_pos)
+    }
+    return {
+        "num_drafts": drafts,
+        "num_draft_tokens": draft_tokens,
+        "num_accepted_tokens": accepted,
+        "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+        # Mean tokens per verification step: the bonus token plus the accepted drafts.
+        "acceptance_length": 1.0 + accepted / drafts if drafts else None,
+        "per_position_acceptance_rate": [v / drafts if drafts else None for v in per_pos.values()],
+    }
+
+
+def compare(before: Snapshot | None, after: Snapshot | None, client_prompt: int, client_generation: int,
+            note: str | None = None) -> CounterCheck:
+    if before is None or after is None:
+        return CounterCheck(client_prompt, client_generation, None, None, note=note or "no server counters")
+    return CounterCheck(
+        client_prompt_tokens=client_prompt,
+        client_generation_tokens=client_generation,
+        server_prompt_tokens=_delta(before, after, PROMPT),
+        server_generation_tokens=_delta(before, after, GENERATION),
+        note=note,
+        spec_decode=spec_decode_stats(before, after),
+    )

@@ -1,0 +1,134 @@
+"""``forklift bench``: load a deployment, measure it the way vLLM does, cross-check with its /metrics."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from forklift import bench
+from forklift.bench.stats import Distribution
+from forklift.cli.common import JsonOpt, console, err_console, print_json
+from forklift.cluster import record as records
+from forklift.errors import BenchError
+
+
+def _levels(text: str) -> tuple[int | None, ...]:
+    out: list[int | None] = []
+    for part in text.split(","):
+        part = part.strip()
+        if part in ("inf", "unbounded"):
+            out.append(None)
+            continue
+        try:
+            out.append(int(part))
+        except ValueError as exc:
+            raise BenchError(f"--concurrency {text!r}: {part!r} is not a whole number",
+                             fix="Pass a comma-separated list like --concurrency 1,2,4.") from exc
+    return tuple(out)
+
+
+def _table(result: bench.BenchResult) -> Table:
+    t = Table(title=f"{result.target['model']} at {result.target['base_url']}")
+    for col in ("conc", "reqs", "fail", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "ITL p50 ms", "E2E p50 ms",
+                "out tok/s", "tok/s/stream", "goodput", "counts"):
+        t.add_column(col, justify="right")
+    for run in result.runs:
+        def pair(d: Distribution | None) -> str:
+            return "-" if d is None else f"{d.p50:.1f} / {d.p99:.1f}"
+
+        match = {True: "[green]match[/]", False: "[red]DIFFER[/]", None: "n/a"}[
+            run.counters.match if run.counters else None]
+        t.add_row(
+            "∞" if run.concurrency is None else str(run.concurrency),
+            f"{len(run.records)}" + (" [yellow]partial[/]" if run.partial else ""),
+            str(run.failed), pair(run.ttft), pair(run.tpot), "-" if run.itl is None else f"{run.itl.p50:.1f}",
+            "-" if run.e2e is None else f"{run.e2e.p50:.1f}",
+            "-" if run.output_tok_s is None else f"{run.output_tok_s:.1f}",
+            "-" if run.decode_tok_s_per_stream is None else f"{run.decode_tok_s_per_stream:.1f}",
+            "-" if run.goodput_req_s is None else f"{run.goodput_req_s:.2f}/s", match,
+        )
+    return t
+
+
+def bench_cmd(
+    name: Annotated[str | None, typer.Argument(help="Run name (default: the only run, or 'default').")] = None,
+    url: Annotated[str | None, typer.Option("--url", help="Benchmark this server instead of a run.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Served model name (default: the server's).")] = None,
+    tokenizer: Annotated[str | None, typer.Option(
+        "--tokenizer", help="Tokenizer path or id (default: the run's model, or the server's /tokenize).")] = None,
+    concurrency: Annotated[str, typer.Option("--concurrency", "-c", help="Levels, e.g. 1,2,4,8.")] = "1",
+    input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")] = 128,
+    output_len: Annotated[int, typer.Option("--output-len", help="Output tokens per request (EOS ignored).")] = 64,
+    requests: Annotated[int | None, typer.Option("--requests", "-r", help="Requests per level.")] = None,
+    rate: Annotated[float | None, typer.Option("--rate", help="Poisson arrivals, requests/s.")] = None,
+    duration: Annotated[float | None, typer.Option("--duration", help="Seconds per level.")] = None,
+    prompts: Annotated[Path | None, typer.Option("--prompts", help="JSONL file: {prompt, output_len}.")] = None,
+    warmup: Annotated[int, typer.Option("--warmup", help="Warm-up requests before measuring.")] = 1,
+    slo_ttft: Annotated[float | None, typer.Option("--slo-ttft-ms", help="Goodput SLO on TTFT.")] = None,
+    slo_tpot: Annotated[float | None, typer.Option("--slo-tpot-ms", help="Goodput SLO on TPOT.")] = None,
+    slo_e2e: Annotated[float | None, typer.Option("--slo-e2e-ms", help="Goodput SLO on E2E latency.")] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    out: Annotated[Path | None, typer.Option("--out", help="Directory for results.json and report.html.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Measure TTFT, TPOT, ITL, E2E and throughput per concurrency level; write JSON and an HTML report."""
+    config = bench.BenchConfig(
+        concurrency=_levels(concurrency), input_len=input_len, output_len=output_len,
+        requests=requests if requests is not None or duration is not None else 16, duration_s=duration, rate=rate,
+        prompts_file=prompts, warmup=warmup, slo=bench.Slo(slo_ttft, slo_tpot, slo_e2e), seed=seed)
+    config.validate()
+    if url:
+        target = bench.from_url(url, model=model, tokenizer=tokenizer)
+    else:
+        target = bench.from_record(records.resolve_name(name), model=model, tokenizer=tokenizer)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = out or (records.run_dir(target.run_name) / "bench" / stamp if target.run_name
+                      else Path.cwd() / "bench-results" / stamp)
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err_console,
+                  transient=json_out) as progress:
+        tasks: dict[int, TaskID] = {}
+
+        def on_event(ev: bench.Progress) -> None:
+            if ev.phase not in ("warmup", "run"):
+                return
+            if ev.level not in tasks:
+                label = "warm-up" if ev.phase == "warmup" else f"c={ev.concurrency or '∞'}"
+                tasks[ev.level] = progress.add_task(label, total=ev.total, detail="")
+            detail = f"{ev.failed} failed" if ev.failed else ""
+            if ev.duration_s:
+                detail += f" {ev.elapsed_s:.0f}/{ev.duration_s:.0f}s"
+            progress.update(tasks[ev.level], completed=ev.done, detail=detail)
+
+        result = bench.run(config, target, on_event)
+    written = bench.write_report(result, out_dir)
+    if json_out:
+        print_json(result.to_json() | {"files": {k: str(v) for k, v in written.items()}})
+    else:
+        console.print(_table(result))
+        ss = result.single_stream
+        if ss.decode_tok_s is not None:
+            pct = f", {ss.pct_of_roofline:.1f}% of the planner's {ss.roofline_decode_tok_s:.1f} tok/s" \
+                if ss.pct_of_roofline is not None else f" (no roofline: {ss.roofline_source})"
+            prefill = f", prefill {ss.prefill_tok_s:.0f} tok/s" if ss.prefill_tok_s else ""
+            console.print(f"single stream: decode {ss.decode_tok_s:.1f} tok/s{pct}{prefill}")
+        for run in result.runs:
+            if run.counters and run.counters.match is False:
+                j = run.counters.to_json()
+                console.print(f"[red]server counters differ[/] at c={run.concurrency}: prompt "
+                              f"{j['prompt_tokens']['difference']:+.0f}, generation "
+                              f"{j['generation_tokens']['difference']:+.0f} tokens (server - client)")
+        console.print(f"report: {written['report']}\nresults: {written['results']}")
+    if not result.complete:
+        err_console.print(f"[red]incomplete[/]: {result.aborted}; partial results kept in {written['results']}")
+        raise typer.Exit(3)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench_cmd)
