@@ -37,19 +37,19 @@ def parse(text: str, model: str | None = None) -> Snapshot:
     totals: dict[str, float] = {}
     per_pos: dict[int, float] = {}
     for family in text_string_to_metric_families(text):
-        if family.name not in _COUNTERS and family.name != SPEC_ACCEPTED_PER_POS:
-            continue
         for sample in family.samples:
-            if not sample.name.endswith("_total"):
-                continue  # _created timestamps
+            # Match on the sample name: a family without a TYPE line is named after its samples.
+            name = sample.name.removesuffix("_total")
+            if name == sample.name or (name not in _COUNTERS and name != SPEC_ACCEPTED_PER_POS):
+                continue  # _created timestamps and everything forklift does not cross-check
             labels = sample.labels
             if model is not None and "model_name" in labels and labels["model_name"] != model:
                 continue
-            if family.name == SPEC_ACCEPTED_PER_POS:
+            if name == SPEC_ACCEPTED_PER_POS:
                 pos = int(labels.get("position", "-1"))
                 per_pos[pos] = per_pos.get(pos, 0.0) + sample.value
             else:
-                totals[family.name] = totals.get(family.name, 0.0) + sample.value
+                totals[name] = totals.get(name, 0.0) + sample.value
     return Snapshot(counters=totals, accepted_per_pos=per_pos)
 
 
