@@ -1,0 +1,442 @@
+"""``node apply`` and ``node revert``: an immutable plan of steps, then execution through a Runner.
+
+Every step that changes the node first records what was there (file bytes with mode and owner,
+sysctl values, swap, units) in a state file on the node, so ``revert`` puts it back exactly.
+Steps are argv lists (sudo prepended when the login user is not root); a step marked ``live``
+changes the running system (sysctl -w, swapon, systemctl) and is skipped when ``root`` is not ``/``:
+then only files are written, under that root, and the kernel is only read.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from forklift import paths
+from forklift.cluster.runner import Runner
+from forklift.errors import NodeError
+from forklift.node import facts as F
+from forklift.node.facts import FileFact, NodeFacts, under
+from forklift.node.profile import GIB, MIN_FREE_MAX_FRACTION, NodeProfile
+
+_WRITE = (
+    'set -e; t="$1.forklift-tmp"; base64 -d > "$t"; chmod "$2" "$t"; chown "$3" "$t"; mv -f -- "$t" "$1"'
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of a plan. ``argv`` never carries sudo; ``render`` and ``execute`` add it."""
+
+    summary: str
+    argv: tuple[str, ...]
+    input: str | None = None
+    live: bool = False
+    """Changes the running system rather than a file (skipped in files-only mode)."""
+
+    def shell(self, sudo: bool) -> str:
+        """The exact command a person would type (stdin inlined as a printf pipe)."""
+        cmd = shlex.join(["sudo", *self.argv] if sudo else list(self.argv))
+        if self.input is None:
+            return cmd
+        return f"printf %s {shlex.quote(self.input)} | {cmd}"
+
+    def display(self, sudo: bool) -> str:
+        """``shell`` without the inlined content (for dry-run listings)."""
+        cmd = shlex.join(["sudo", *self.argv] if sudo else list(self.argv))
+        if self.input is None:
+            return cmd
+        return f"{cmd} < ({len(base64.b64decode(self.input))} bytes of content)"
+
+
+# --- state -----------------------------------------------------------------------------------------
+
+
+class FileRecord(BaseModel):
+    path: str
+    existed: bool
+    mode: str | None = None
+    owner: str | None = None
+    content_b64: str | None = None
+
+    @classmethod
+    def of(cls, fact: FileFact) -> FileRecord:
+        b64 = base64.b64encode(fact.content).decode() if fact.content is not None else None
+        return cls(path=fact.path, existed=fact.exists, mode=fact.mode, owner=fact.owner, content_b64=b64)
+
+
+class SwapRecord(BaseModel):
+    path: str
+    created: bool
+    activated: bool
+    size_bytes: int | None = None
+    """The size apply asked for (``--swap-gib``), so ``check`` compares against what was applied."""
+
+
+class UnitRecord(BaseModel):
+    name: str
+    was_enabled: str
+    was_active: str
+
+
+class NodeState(BaseModel):
+    """What apply changed and what was there before. Written before the changes it describes."""
+
+    version: int = 1
+    host: str
+    root: str
+    live: bool
+    profile: str
+    applied_at: float = Field(default_factory=time.time)
+    files: list[FileRecord] = Field(default_factory=list)
+    created_dirs: list[str] = Field(default_factory=list)
+    sysctl: dict[str, str] = Field(default_factory=dict)
+    swap: SwapRecord | None = None
+    guard_unit: UnitRecord | None = None
+    display_manager: UnitRecord | None = None
+
+    def file(self, path: str) -> FileRecord | None:
+        return next((f for f in self.files if f.path == path), None)
+
+
+@dataclass(frozen=True)
+class ApplyPlan:
+    host: str
+    root: str
+    live: bool
+    profile: str
+    sudo: bool
+    """Steps need `sudo` (the login user is not root)."""
+    steps: tuple[Step, ...]
+    state: NodeState
+    notes: tuple[str, ...] = ()
+    skipped_live: tuple[Step, ...] = ()
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.steps)
+
+    def commands(self) -> list[str]:
+        return [s.shell(self.sudo) for s in self.steps]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "root": self.root, "live": self.live, "profile": self.profile,
+                "sudo": self.sudo, "steps": [{"summary": s.summary, "command": s.shell(self.sudo), "live": s.live}
+                                             for s in self.steps],
+                "skipped_live": [s.summary for s in self.skipped_live], "notes": list(self.notes)}
+
+
+class SudoRequiredError(NodeError):
+    """The login user is not root and ``sudo -n`` does not work: here are the commands to run by hand."""
+
+    def __init__(self, message: str, *, host: str, commands: Sequence[str], fix: str | None = None) -> None:
+        self.host = host
+        self.commands = list(commands)
+        super().__init__(message, fix=fix)
+
+
+@dataclass
+class ApplyResult:
+    plan: ApplyPlan
+    done: list[str] = field(default_factory=list)
+
+
+# --- rendering of the files apply writes -------------------------------------------------------------
+
+
+def sysctl_text(profile: NodeProfile) -> str:
+    lines = [f"# Written by `forklift node apply` (profile {profile.name}); `forklift node revert` removes it."]
+    lines += [f"{k} = {v}" for k, v in profile.sysctl.items()]
+    return "\n".join(lines) + "\n"
+
+
+def guard_config(profile: NodeProfile, *, runs_dirs: Sequence[str], node_names: Sequence[str]) -> dict[str, Any]:
+    g = profile.guard
+    return {
+        "heartbeat": F.GUARD_HEARTBEAT, "runs_dirs": list(runs_dirs), "node_names": list(node_names),
+        "oom_score_adj": g.oom_score_adj, "drop_metric": g.drop_metric, "drop_below_bytes": int(g.drop_below_gib * GIB),
+        "drop_when": g.drop_when, "drop_mode": g.drop_mode, "cooldown_s": g.cooldown_s, "interval_s": g.interval_s,
+    }
+
+
+def guard_unit_text(python: str) -> str:
+    return (
+        "# Written by `forklift node apply`; `forklift node revert` removes it.\n"
+        "[Unit]\n"
+        "Description=forklift node guard (OOM protection by run-record PID, page-cache drop while loading)\n"
+        "After=local-fs.target\n\n"
+        "[Service]\n"
+        "Type=simple\n"
+        f"ExecStart={python} {F.GUARD_MODULE} --config {F.GUARD_CONFIG}\n"
+        "Restart=on-failure\n"
+        "RestartSec=2\n"
+        "OOMScoreAdjust=-1000\n\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def guard_module_text() -> str:
+    return (resources.files("forklift.node") / "guard.py").read_text()
+
+
+def fstab_with_swap(fstab: str | None, path: str) -> str:
+    text = fstab or ""
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text + f"{path} none swap sw 0 0\n"
+
+
+# --- plan --------------------------------------------------------------------------------------------
+
+
+def plan_apply(facts: NodeFacts, profile: NodeProfile, *, previous: NodeState | None = None,
+               runs_dirs: Sequence[str] | None = None) -> ApplyPlan:
+    """The steps that bring the node to ``profile`` (none when it is already there)."""
+    root = facts.root
+    live = root in ("", "/")
+    _refuse_unsafe(facts, profile)
+    state = previous.model_copy(deep=True) if previous else NodeState(
+        host=facts.host, root=root, live=live, profile=profile.name)
+    state.profile = profile.name
+    steps: list[Step] = []
+    live_steps: list[Step] = []
+    notes: list[str] = []
+    recorded = {f.path for f in state.files}
+
+    def write(path: str, content: str, mode: str, summary: str) -> None:
+        current = facts.file(path)
+        if current.content == content.encode():
+            return
+        if path not in recorded:
+            state.files.append(FileRecord.of(current))
+            recorded.add(path)
+        owner = current.owner if current.exists and current.owner else "0:0"
+        mode = current.mode if current.exists and current.mode else mode
+        b64 = base64.b64encode(content.encode()).decode()
+        steps.append(Step(summary, ("sh", "-c", _WRITE, "forklift-write", under(root, path), mode, owner), b64))
+
+    # sysctl: persistent file, then live values.
+    if profile.sysctl:
+        write(profile.sysctl_file, sysctl_text(profile), "644", f"write {profile.sysctl_file} "
+              f"({len(profile.sysctl)} settings)")
+        for key, want in profile.sysctl.items():
+            have = facts.sysctl.get(key)
+            if have is None or have.strip() == str(want):
+                continue
+            if live:
+                state.sysctl.setdefault(key, have.strip())
+            live_steps.append(Step(f"set {key} {have.strip()} -> {want}", ("sysctl", "-w", f"{key}={want}"), live=True))
+
+    # swap: file (size, 0600, mkswap), one fstab entry, swapon.
+    if profile.swap:
+        spec = profile.swap
+        sf = facts.swap_file
+        host_path = under(root, spec.path)
+        if sf is None or not sf.exists:
+            state.swap = state.swap or SwapRecord(path=spec.path, created=True, activated=False,
+                                                  size_bytes=spec.size_bytes)
+            steps += [
+                Step(f"create {spec.path} ({spec.size_gib:g} GiB)",
+                     ("fallocate", "-l", str(spec.size_bytes), host_path)),
+                Step(f"chmod 600 {spec.path}", ("chmod", "600", host_path)),
+                Step(f"mkswap {spec.path}", ("mkswap", host_path)),
+            ]
+        elif sf.size_bytes != spec.size_bytes:
+            have_gib = (sf.size_bytes or 0) / GIB
+            raise NodeError(
+                f"{facts.host}: {spec.path} already exists with {have_gib:.2f} GiB; the profile wants "
+                f"{spec.size_gib:g} GiB",
+                fix=f"Keep it with `--swap-gib {have_gib:g}`, or remove it first "
+                    f"(`sudo swapoff {spec.path}; sudo rm {spec.path}`) and apply again.",
+            )
+        elif sf.is_swap is False:
+            raise NodeError(f"{facts.host}: {spec.path} exists but is not a swap area",
+                            fix=f"Move {spec.path} away, or choose another path in the profile's swap.path.")
+        else:
+            if sf.mode != "600":
+                steps.append(Step(f"chmod 600 {spec.path} (was {sf.mode})", ("chmod", "600", host_path)))
+        fstab = facts.file(F.FSTAB)
+        if not F.fstab_entries(fstab.text, spec.path):
+            write(F.FSTAB, fstab_with_swap(fstab.text, spec.path), "644", f"add {spec.path} to /etc/fstab")
+        if not any(s.path == spec.path for s in facts.swaps):
+            if live and state.swap is not None:
+                state.swap = state.swap.model_copy(update={"activated": True})
+            elif live:
+                state.swap = SwapRecord(path=spec.path, created=False, activated=True, size_bytes=spec.size_bytes)
+            live_steps.append(Step(f"swapon {spec.path}", ("swapon", spec.path), live=True))
+
+    # the guard: module, config, unit; enabled and started where systemd runs.
+    if profile.guard.enabled:
+        dirs = list(runs_dirs) if runs_dirs is not None else [str(paths.runs_dir()), "/run/forklift/runs"]
+        names = sorted({n for n in (facts.host, facts.hostname) if n})
+        cfg = guard_config(profile, runs_dirs=dirs, node_names=names)
+        write(F.GUARD_MODULE, guard_module_text(), "644", f"install the guard at {F.GUARD_MODULE}")
+        write(F.GUARD_CONFIG, json.dumps(cfg, indent=2) + "\n", "644", f"write {F.GUARD_CONFIG}")
+        if not facts.guard_python_ok:
+            notes.append(f"{facts.guard_python} cannot import psutil on {facts.host}: the guard will not start "
+                         "until it can (e.g. `apt install python3-psutil`)")
+        if facts.has_systemd or not live:
+            write(F.GUARD_UNIT_FILE, guard_unit_text(facts.guard_python), "644", f"write {F.GUARD_UNIT_FILE}")
+        if facts.has_systemd:
+            unit = facts.guard_unit
+            if unit is None or unit.active != "active" or unit.enabled != "enabled":
+                if live and state.guard_unit is None:
+                    state.guard_unit = UnitRecord(name=F.GUARD_UNIT, was_enabled=unit.enabled if unit else "not-found",
+                                                  was_active=unit.active if unit else "inactive")
+                live_steps += [Step("systemctl daemon-reload", ("systemctl", "daemon-reload"), live=True),
+                               Step(f"enable and start {F.GUARD_UNIT}",
+                                    ("systemctl", "enable", "--now", F.GUARD_UNIT), live=True)]
+        elif live:
+            notes.append(f"no systemd on {facts.host} (PID 1 is {facts.init}): the guard is not installed as a "
+                         "service; run `forklift node guard --foreground` there and keep it running")
+
+    # the display manager, only when asked.
+    if profile.display_manager.stop:
+        dm = facts.display_manager
+        if dm is None:
+            notes.append(f"no systemd on {facts.host}: cannot stop a display manager")
+        elif dm.active in ("active", "activating"):
+            if live and state.display_manager is None:
+                state.display_manager = UnitRecord(name=profile.display_manager.unit, was_enabled=dm.enabled,
+                                                   was_active=dm.active)
+            live_steps.append(Step(f"stop {profile.display_manager.unit}",
+                                   ("systemctl", "stop", profile.display_manager.unit), live=True))
+
+    skipped: list[Step] = []
+    if live:
+        steps += live_steps
+    else:
+        skipped = live_steps
+        if live_steps:
+            notes.append(f"files-only under {root}: {len(live_steps)} live change(s) not made "
+                         "(sysctl -w, swapon, systemctl); the kernel was only read")
+    if steps:
+        # Parent directories that do not exist yet are created, and recorded so revert removes them.
+        targets = [p for p in _step_paths(steps, root)] + [F.STATE_FILE]
+        missing = [d for d in F.parent_dirs(targets) if d not in facts.existing_dirs and d not in state.created_dirs]
+        state.created_dirs += missing
+        state_b64 = base64.b64encode(state.model_dump_json(indent=2).encode()).decode()
+        head: list[Step] = []
+        if missing:
+            head.append(Step(f"create {', '.join(missing)}", ("mkdir", "-p", *(under(root, d) for d in missing))))
+        head.append(Step(f"record the previous state in {F.STATE_FILE}",
+                         ("sh", "-c", _WRITE, "forklift-write", under(root, F.STATE_FILE), "644", "0:0"), state_b64))
+        steps = head + steps
+    return ApplyPlan(facts.host, root, live, profile.name, not facts.is_root, tuple(steps), state, tuple(notes),
+                     tuple(skipped))
+
+
+def _step_paths(steps: Sequence[Step], root: str) -> list[str]:
+    """Node paths that steps write (for parent-directory creation)."""
+    out = []
+    for s in steps:
+        if s.argv[:2] == ("sh", "-c") and len(s.argv) > 4:
+            out.append(s.argv[4])
+        elif s.argv[0] == "fallocate":
+            out.append(s.argv[-1])
+    prefix = root.rstrip("/")
+    return [p[len(prefix):] if prefix and p.startswith(prefix + "/") else p for p in out]
+
+
+def _refuse_unsafe(facts: NodeFacts, profile: NodeProfile) -> None:
+    min_free = profile.sysctl.get("vm.min_free_kbytes")
+    total = facts.meminfo.get("MemTotal", 0)
+    if min_free is not None and total and min_free * 1024 > MIN_FREE_MAX_FRACTION * total:
+        raise NodeError(
+            f"{facts.host}: profile {profile.name} sets vm.min_free_kbytes={min_free} "
+            f"({min_free / 1024 / 1024:.1f} GiB), over {MIN_FREE_MAX_FRACTION:.0%} of this node's "
+            f"{total / GIB:.1f} GiB; the kernel would start reclaiming and OOM-killing at once",
+            fix="Use a profile made for this node's memory, or lower vm.min_free_kbytes in a profile file.",
+        )
+
+
+# --- execution ---------------------------------------------------------------------------------------
+
+
+def load_state(facts: NodeFacts) -> NodeState | None:
+    fact = facts.file(F.STATE_FILE)
+    if fact.content is None:
+        return None
+    try:
+        return NodeState.model_validate_json(fact.content)
+    except ValueError as exc:
+        raise NodeError(f"{facts.host}: {under(facts.root, F.STATE_FILE)} is unreadable: {exc}",
+                        fix="Inspect it; remove it only if you have restored the node by hand.") from exc
+
+
+def execute(runner: Runner, plan: ApplyPlan, *, sudo_ok: bool) -> ApplyResult:
+    """Run the plan's steps in order; stop at the first failure (the state file is already written)."""
+    if plan.sudo and not sudo_ok and plan.steps:
+        raise SudoRequiredError(
+            f"{plan.host}: the login user is not root and `sudo -n` does not work; nothing was changed",
+            host=plan.host, commands=plan.commands(),
+            fix="Run these commands by hand as root (or grant passwordless sudo and run again).",
+        )
+    result = ApplyResult(plan)
+    for s in plan.steps:
+        argv = ["sudo", "-n", *s.argv] if plan.sudo else list(s.argv)
+        res = runner.run(argv, timeout=600, input=base64_lines(s.input))
+        if not res.ok:
+            raise NodeError(
+                f"{plan.host}: step '{s.summary}' failed ({res.returncode}): {res.stderr.strip()[-300:]}",
+                fix="Fix the cause and run again (apply is idempotent), or `forklift node revert`.",
+            )
+        result.done.append(s.summary)
+    return result
+
+
+def base64_lines(data: str | None) -> str | None:
+    if data is None:
+        return None
+    return "\n".join(data[i:i + 76] for i in range(0, len(data), 76)) + "\n"
+
+
+def plan_revert(facts: NodeFacts, state: NodeState) -> ApplyPlan:
+    """Steps that undo ``state``: live values back, files byte-identical (or gone), swap removed."""
+    root = facts.root
+    live = state.live and root in ("", "/")
+    steps: list[Step] = []
+    if live and state.display_manager and state.display_manager.was_active in ("active", "activating"):
+        steps.append(Step(f"start {state.display_manager.name}", ("systemctl", "start", state.display_manager.name),
+                          live=True))
+    if live and state.guard_unit and facts.has_systemd:
+        g = state.guard_unit
+        if g.was_active != "active":
+            steps.append(Step(f"stop {g.name}", ("systemctl", "stop", g.name), live=True))
+        if g.was_enabled != "enabled":
+            steps.append(Step(f"disable {g.name}", ("systemctl", "disable", g.name), live=True))
+    if state.swap:
+        sw = state.swap
+        if live and sw.activated and any(s.path == sw.path for s in facts.swaps):
+            steps.append(Step(f"swapoff {sw.path}", ("swapoff", sw.path), live=True))
+    for key, value in state.sysctl.items() if live else ():
+        if (facts.sysctl.get(key) or "").strip() != value:
+            steps.append(Step(f"set {key} back to {value}", ("sysctl", "-w", f"{key}={value}"), live=True))
+    for rec in reversed(state.files):
+        host_path = under(root, rec.path)
+        if rec.existed and rec.content_b64 is not None:
+            current = facts.file(rec.path)
+            same = (current.content is not None and base64.b64encode(current.content).decode() == rec.content_b64
+                    and current.mode == rec.mode and current.owner == rec.owner)
+            if not same:
+                steps.append(Step(f"restore {rec.path}", ("sh", "-c", _WRITE, "forklift-write", host_path,
+                                                          rec.mode or "644", rec.owner or "0:0"), rec.content_b64))
+        else:
+            steps.append(Step(f"remove {rec.path}", ("rm", "-f", "--", host_path)))
+    if state.swap and state.swap.created:
+        steps.append(Step(f"remove {state.swap.path}", ("rm", "-f", "--", under(root, state.swap.path))))
+    if live and state.guard_unit and facts.has_systemd:
+        steps.append(Step("systemctl daemon-reload", ("systemctl", "daemon-reload"), live=True))
+    steps.append(Step(f"remove {F.STATE_FILE}", ("rm", "-f", "--", under(root, F.STATE_FILE))))
+    for d in sorted(state.created_dirs, key=lambda d: -d.count("/")):
+        steps.append(Step(f"remove {d} if empty", ("rmdir", "--ignore-fail-on-non-empty", "--", under(root, d))))
+    return ApplyPlan(facts.host, root, live, state.profile, not facts.is_root, tuple(steps), state)
