@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "up",
     "status",
     "chat",
+    "node",
 ]
 
 
