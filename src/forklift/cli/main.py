@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "status",
     "chat",
     "node",
+    "bench",
 ]
 
 
