@@ -19,12 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from forklift.cluster.runner import LocalRunner, Runner
 from forklift.errors import EngineNotInstalledError, PatchDriftError, PatchError
 from forklift.patches import core, releases
 from forklift.patches.spec import Patch
+
+if TYPE_CHECKING:  # the Runner protocol only; patches sit below cluster in the import stack
+    from forklift.cluster.runner import Runner
 
 # ---------------------------------------------------------------------------------------------------
 # Errors (all under PatchError, with the patch id and the file)
@@ -161,10 +163,8 @@ def locate(runner: Runner, python: str) -> dict[str, Any]:
 
 
 def open_tree(runner: Runner, python: str) -> Tree:
-    """The vLLM package of ``python`` on the runner's host."""
+    """The vLLM package of ``python`` on the runner's host (every file operation goes through the runner)."""
     info = locate(runner, python)
-    if isinstance(runner, LocalRunner):
-        return core.DirTree(info["root"], info.get("version"), label=f"{runner.host}:{info['root']}")
     return RunnerTree(runner, python, info["root"], info.get("version"))
 
 

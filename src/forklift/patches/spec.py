@@ -229,3 +229,12 @@ def get(ids: list[str], known: dict[str, Patch] | None = None) -> list[Patch]:
         raise PatchError(f"unknown patch {pid!r}" + (f"; did you mean {close[0]!r}?" if close else ""),
                          fix="`forklift patch list` shows the known patches.")
     return out
+
+
+def source_text(patch: Patch) -> str:
+    """The YAML a patch was loaded from (re-dumped when it came from elsewhere)."""
+    if patch.source and patch.source.startswith("catalog/"):
+        return (resources.files("forklift.patches") / patch.source).read_text(encoding="utf-8")
+    if patch.source and Path(patch.source).is_file():
+        return Path(patch.source).read_text(encoding="utf-8")
+    return yaml.safe_dump(patch.model_dump(mode="json", exclude_none=True), sort_keys=False, width=120)
