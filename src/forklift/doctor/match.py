@@ -65,18 +65,12 @@ class _State:
                     if m:
                         self.all_hits[k] = _Hit(index, line)
                         self._facts(m)
-        if self.any_hit is None:
-            for rx in self.any_re:
-                m = rx.search(line)
-                if m:
+        for rx in self.any_re:
+            m = rx.search(line)
+            if m:
+                if self.any_hit is None:
                     self.any_hit = _Hit(index, line)
-                    self._facts(m)
-                    break
-        elif self.rule.advice:  # keep collecting numbers from later lines (e.g. a second KV message)
-            for rx in self.any_re:
-                m = rx.search(line)
-                if m:
-                    self._facts(m)
+                self._facts(m)
 
     def _facts(self, m: re.Match[str]) -> None:
         for key, value in m.groupdict().items():
@@ -123,7 +117,7 @@ def version_applies(spec: str | None, version: str | None) -> bool | None:
 
 
 def _fill(template: str, facts: dict[str, str]) -> str:
-    return _PLACEHOLDER.sub(lambda m: facts.get(m.group(1), m.group(0)), template)
+    return _PLACEHOLDER.sub(lambda m: facts.get(m.group(1), "unknown"), template)
 
 
 class Matcher:
