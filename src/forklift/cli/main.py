@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "chat",
     "node",
     "bench",
+    "doctor",
     "patch",
 ]
 
