@@ -1,0 +1,59 @@
+"""``forklift plan RECIPE``: per-rank memory, KV capacity, max context and speed, before anything loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from forklift import plan as planner
+from forklift import recipe as recipes
+from forklift.cli.common import JsonOpt, RecipeArg, SetOpt, console, print_json
+from forklift.errors import DoesNotFitError
+
+CalibrateOpt = Annotated[Path | None, typer.Option("--calibrate", help="Store the terms of this vLLM startup log.")]
+VersionOpt = Annotated[str | None, typer.Option("--vllm-version", help="vLLM release the nodes run (sizing rules).")]
+
+
+def plan_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = False,
+             calibrate: CalibrateOpt = None, vllm_version: VersionOpt = None) -> None:
+    """Predict per-rank memory, KV tokens, max context and decode speed for a recipe."""
+    resolved = recipes.load(recipe, set_ or [])
+    if calibrate is not None:
+        planner.calibrate_from_log(resolved, calibrate, vllm_version=vllm_version)
+    result = planner.make(resolved, vllm_version=vllm_version)
+    if json_out:
+        print_json(result.to_json())
+    else:
+        render(result)
+    if not result.fits:
+        raise DoesNotFitError(result.error or "does not fit",
+                              fix=result.advice[0].action if result.advice else "See the notes above.")
+
+
+def render(p: planner.Plan) -> None:
+    table = Table("rank", "host", "layers", "weights", "activation", "cuda graphs", "non-torch", "KV pool",
+                  "KV B/token", title=f"{p.model} ({p.architecture}), tp={p.tp} pp={p.pp} dcp={p.dcp}  [GiB]")
+    for r in p.ranks:
+        cg = f"{r.cudagraph_gib:.2f}" + ("" if r.cudagraph_subtracted else " (n/s)")
+        table.add_row(str(r.rank), r.host, f"{r.layer_start}-{r.layer_end - 1}", f"{r.weights_gib:.2f}",
+                      f"{r.activation_gib:.2f}", cg, f"{r.non_torch_gib:.2f}", f"{r.kv_pool_gib:.2f}",
+                      f"{r.kv_bytes_per_token:,}")
+    console.print(table)
+    verdict = "[green]fits[/]" if p.fits else "[red]does not fit[/]"
+    console.print(f"{verdict}: {p.kv_tokens:,} KV tokens, max_model_len {p.max_model_len:,} "
+                  f"(largest that fits {p.largest_max_model_len:,}), max concurrency {p.max_concurrency:.2f}x")
+    rf = p.roofline
+    console.print(f"decode <= {rf.decode_tok_s_single:.1f} tok/s single stream, <= {rf.decode_tok_s_aggregate:.1f} "
+                  f"tok/s at {rf.concurrency} streams; prefill <= {rf.prefill_tok_s:,.0f} tok/s")
+    for a in p.advice:
+        console.print(f"[bold]advice[/]: {a.action}: {' '.join('--set ' + s for s in a.set)} -> {a.effect}",
+                      markup=True, highlight=False)
+    for n in p.notes:
+        console.print(f"[dim]note[/]: {n}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_cmd)

@@ -1,0 +1,103 @@
+"""What this machine has: CPU, memory, GPUs (through nvidia-smi when present), and the matching profile."""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+import psutil
+from pydantic import BaseModel, ConfigDict
+
+from forklift.hardware.profiles import HardwareProfile, profiles
+
+_GIB = 2**30
+_GPU_NAMES = {"GB10": "gb10", "H100": "h100", "H200": "h200", "B200": "b200"}
+
+
+class Gpu(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    name: str
+    memory_gib: float
+    profile: str | None
+
+
+class LocalHardware(BaseModel):
+    """The local machine, measured now."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hostname: str
+    cpu_model: str
+    cores: int
+    amx: bool
+    memory_total_gib: float
+    memory_available_gib: float
+    gpus: list[Gpu]
+    profile: str
+
+    def as_profile(self) -> HardwareProfile:
+        """The matching profile with this machine's measured memory (for planning on this host)."""
+        base = profiles()[self.profile]
+        if base.kind == "cpu":
+            return base.model_copy(update={"memory_gib": round(self.memory_total_gib, 2),
+                                           "available_gib": round(self.memory_available_gib, 2), "amx": self.amx})
+        if base.unified:
+            return base.model_copy(update={"available_gib": round(self.memory_available_gib, 2)})
+        return base
+
+
+def _cpuinfo() -> tuple[str, bool]:
+    model, amx = platform.processor() or platform.machine(), False
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return model, amx
+    for line in text.splitlines():
+        if line.startswith("model name") and ":" in line:
+            model = line.split(":", 1)[1].strip()
+        if line.startswith("flags") and "amx_tile" in line.split():
+            amx = True
+    return model, amx
+
+
+def _nvidia_gpus() -> list[Gpu]:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        done = subprocess.run(  # noqa: S603 (fixed argv, absolute path from which)
+            [exe, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    gpus: list[Gpu] = []
+    for line in done.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3:
+            continue
+        try:
+            mem = float(parts[2]) / 1024 if parts[2] not in ("[N/A]", "") else 0.0
+            idx = int(parts[0])
+        except ValueError:
+            continue
+        prof = next((p for key, p in _GPU_NAMES.items() if key in parts[1]), None)
+        gpus.append(Gpu(index=idx, name=parts[1], memory_gib=round(mem, 2), profile=prof))
+    return gpus
+
+
+def detect() -> LocalHardware:
+    """Measure the local machine (a fraction of a second; nvidia-smi only when installed)."""
+    model, amx = _cpuinfo()
+    vm = psutil.virtual_memory()
+    gpus = _nvidia_gpus()
+    profile = next((g.profile for g in gpus if g.profile), None) or "cpu"
+    return LocalHardware(
+        hostname=platform.node(), cpu_model=model, cores=psutil.cpu_count(logical=True) or 1, amx=amx,
+        memory_total_gib=round(vm.total / _GIB, 2), memory_available_gib=round(vm.available / _GIB, 2),
+        gpus=gpus, profile=profile,
+    )

@@ -1,0 +1,163 @@
+"""Calibration: read a vLLM startup log, keep the model-specific terms, use them in later plans.
+
+Stored as JSON under ``$FORKLIFT_HOME/calibration/<key>.json``; the key names the model shape and the
+settings that change the terms (tp, pp, max_num_batched_tokens, max_num_seqs, eager).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from forklift import paths
+from forklift.errors import PlanError
+from forklift.model.spec import ModelSpec
+
+_NUM = r"(-?[0-9][0-9,]*\.?[0-9]*)"
+_ACTUAL = re.compile(
+    rf"Actual usage is {_NUM} GiB for weight, {_NUM} GiB for peak activation, {_NUM} GiB for non-torch memory, "
+    rf"and {_NUM} GiB for CUDAGraph memory"
+)
+_DEBUG = re.compile(
+    rf"torch peak memory increase: {_NUM}\s*GiB; non-torch forward increase memory: {_NUM}\s*GiB; "
+    rf"weights memory: {_NUM}\s*GiB"
+)
+_WORKER = re.compile(r"\((?:Worker_)?(?:PP(\d+))?(?:_?TP(\d+))?[^)]*\)")
+_ESTIMATED = re.compile(rf"Estimated CUDA graph memory: {_NUM} GiB")
+_LOADING = re.compile(rf"Model loading took {_NUM} GiB")
+_AVAILABLE = re.compile(rf"Available KV cache memory: {_NUM} GiB")
+_KV_TOKENS = re.compile(rf"(?:GPU|CPU) KV cache size: {_NUM} tokens")
+_VERSION = re.compile(r"version (\d+\.\d+\.\d+\S*)")
+_ARGS = re.compile(r"non-default args: (\{.*\})")
+
+
+def _f(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+class LogFacts(BaseModel):
+    """What one vLLM startup log says about memory (None where the log is silent)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    vllm_version: str | None = None
+    settings: dict[str, Any] = {}
+    weights_gib: float | None = None
+    activation_gib: float | None = None
+    non_torch_gib: float | None = None
+    cudagraph_actual_gib: float | None = None
+    cudagraph_estimate_gib: float | None = None
+    available_kv_gib: float | None = None
+    kv_tokens: int | None = None
+    per_stage_activation: dict[int, float] = {}
+
+
+def parse_log(text: str) -> LogFacts:
+    """Pull the sizing lines out of a vLLM startup log (INFO lines; DEBUG split when present)."""
+    data: dict[str, Any] = {"per_stage_activation": {}}
+    for line in text.splitlines():
+        if (m := _VERSION.search(line)) and "vllm_version" not in data:
+            data["vllm_version"] = m.group(1)
+        if (m := _ARGS.search(line)) and "settings" not in data:
+            try:
+                parsed = ast.literal_eval(m.group(1))
+                if isinstance(parsed, dict):
+                    data["settings"] = {str(k): v for k, v in parsed.items()}
+            except (ValueError, SyntaxError):
+                pass
+        if m := _ACTUAL.search(line):
+            data["weights_gib"] = _f(m.group(1))
+            act = _f(m.group(2))
+            data["activation_gib"] = max(act, data.get("activation_gib", 0.0))
+            data["non_torch_gib"] = max(_f(m.group(3)), data.get("non_torch_gib", 0.0))
+            data["cudagraph_actual_gib"] = _f(m.group(4))
+            w = _WORKER.search(line)
+            stage = int(w.group(1)) if w and w.group(1) else 0
+            data["per_stage_activation"][stage] = act
+        elif m := _DEBUG.search(line):
+            data.setdefault("activation_gib", _f(m.group(1)))
+            data.setdefault("non_torch_gib", _f(m.group(2)))
+            data.setdefault("weights_gib", _f(m.group(3)))
+        if m := _ESTIMATED.search(line):
+            data["cudagraph_estimate_gib"] = _f(m.group(1))
+        if (m := _LOADING.search(line)) and "weights_gib" not in data:
+            data["weights_gib"] = _f(m.group(1))
+        if m := _AVAILABLE.search(line):
+            data["available_kv_gib"] = _f(m.group(1))
+        if m := _KV_TOKENS.search(line):
+            data["kv_tokens"] = int(_f(m.group(1)))
+    return LogFacts(**data)
+
+
+class Calibration(BaseModel):
+    """Stored model-specific terms for one (model, settings) key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    source_log: str
+    vllm_version: str | None
+    activation_gib: float
+    non_torch_gib: float
+    cudagraph_gib: float
+    cudagraph_subtracted: bool
+    weights_gib: float | None = None
+    per_stage_activation: dict[int, float] = {}
+
+
+def fingerprint(spec: ModelSpec) -> str:
+    shape = spec.model_dump(mode="json", exclude={"name"})
+    digest = hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{spec.architecture}-{digest}"
+
+
+def key_for(spec: ModelSpec, *, tp: int, pp: int, mnbt: int, max_num_seqs: int, eager: bool) -> str:
+    return f"{fingerprint(spec)}-tp{tp}-pp{pp}-mnbt{mnbt}-seqs{max_num_seqs}-{'eager' if eager else 'graphs'}"
+
+
+def calibration_dir() -> Path:
+    return paths.home() / "calibration"
+
+
+def store(key: str, log_path: Path) -> Calibration:
+    """Parse ``log_path`` and store its terms under ``key``."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError as exc:
+        raise PlanError(f"cannot read {log_path}: {exc}", fix="Pass the path of a vLLM startup log.") from exc
+    facts = parse_log(text)
+    if facts.activation_gib is None or facts.non_torch_gib is None:
+        raise PlanError(
+            f"{log_path}: no memory split found (looked for 'Actual usage is ... GiB for weight' and the DEBUG "
+            "'torch peak memory increase' line)",
+            fix="Use the full log of a vLLM GPU start that reached 'Available KV cache memory' "
+            "(VLLM_LOGGING_LEVEL=DEBUG gives the split on older releases).",
+        )
+    subtracted = facts.cudagraph_estimate_gib is not None
+    cal = Calibration(
+        key=key, source_log=str(log_path), vllm_version=facts.vllm_version, activation_gib=facts.activation_gib,
+        non_torch_gib=facts.non_torch_gib,
+        cudagraph_gib=(facts.cudagraph_estimate_gib if subtracted else facts.cudagraph_actual_gib) or 0.0,
+        cudagraph_subtracted=subtracted, weights_gib=facts.weights_gib,
+        per_stage_activation=facts.per_stage_activation,
+    )
+    folder = calibration_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{key}.json").write_text(json.dumps(cal.model_dump(mode="json"), indent=2))
+    return cal
+
+
+def lookup(key: str) -> Calibration | None:
+    file = calibration_dir() / f"{key}.json"
+    if not file.is_file():
+        return None
+    try:
+        return Calibration.model_validate_json(file.read_text())
+    except ValueError:
+        return None

@@ -1,0 +1,110 @@
+"""The Plan: immutable, JSON-ready. What will happen in memory and time, before anything loads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RankPlan(_Frozen):
+    """One vLLM worker (one GPU, or one CPU process)."""
+
+    rank: int
+    host: str
+    hardware: str
+    pp_stage: int
+    tp_rank: int
+    layers: int
+    layer_start: int
+    layer_end: int
+    total_gib: float
+    requested_gib: float
+    weights_gib: float
+    activation_gib: float
+    cudagraph_gib: float
+    cudagraph_subtracted: bool
+    non_torch_gib: float
+    kv_pool_gib: float
+    kv_bytes_per_token: int
+    num_blocks: int
+    kv_needed_gib: float
+
+
+class Advice(_Frozen):
+    """One step of the ladder, with its predicted effect (from re-planning with the change)."""
+
+    action: str
+    set: list[str]
+    effect: str
+    kv_pool_gib: float
+    kv_tokens: int
+    fits: bool
+
+
+class Roofline(_Frozen):
+    decode_tok_s_single: float
+    decode_tok_s_aggregate: float
+    concurrency: int
+    prefill_tok_s: float
+    active_gb_per_token: float
+    critical_path_gb: float
+    network_s_per_token: float
+    decode_context: int
+
+
+class Plan(_Frozen):
+    """What ``forklift plan`` predicts for a recipe. Build with ``forklift.plan.make``."""
+
+    model: str
+    architecture: str
+    config_origin: str
+    recipe: str | None
+    vllm_version: str
+    platform: str
+    fits: bool
+    error: str | None
+    kv_tokens: int
+    num_blocks: int
+    block_size: int
+    max_model_len: int
+    largest_max_model_len: int
+    max_concurrency: float
+    kv_cache_dtype: str
+    gpu_memory_utilization: float | None
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    tp: int
+    pp: int
+    dcp: int
+    pp_partition: list[int]
+    suggested_pp_partition: list[int] | None
+    weights_total_gib: float
+    params_b: float
+    calibrated: bool
+    ranks: list[RankPlan]
+    roofline: Roofline
+    advice: list[Advice]
+    notes: list[str]
+
+    @property
+    def decode_tok_s_single(self) -> float:
+        return self.roofline.decode_tok_s_single
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict: the issue's keys first (model, fits, kv_tokens, ...), then the rest."""
+        data = self.model_dump(mode="json")
+        head = {
+            "model": data.pop("model"),
+            "fits": data.pop("fits"),
+            "kv_tokens": data.pop("kv_tokens"),
+            "max_concurrency": round(data.pop("max_concurrency"), 2),
+            "decode_tok_s_single": round(self.roofline.decode_tok_s_single, 2),
+            "decode_tok_s_aggregate": round(self.roofline.decode_tok_s_aggregate, 2),
+            "prefill_tok_s": round(self.roofline.prefill_tok_s, 1),
+        }
+        return {**head, **data}
