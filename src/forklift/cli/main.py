@@ -24,6 +24,8 @@ COMMAND_MODULES = [
     "recipe",
     "model",
     "render",
+    "plan",
+    "hw",
     "up",
     "status",
     "chat",

@@ -36,6 +36,10 @@ class ModelSection(Strict):
         default="auto", description="'dummy' loads random weights from config.json alone (testing, sizing)."
     )
     trust_remote_code: bool = False
+    config: str | None = Field(
+        default=None, description="For planning: a bundled config name (`forklift plan --list-configs`) or a "
+        "path to config.json, when the weights are not on this machine.",
+    )
 
     @field_validator("source")
     @classmethod
