@@ -7,9 +7,15 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from forklift.cli.common import JsonOpt, console, print_json
+from forklift import recipe as recipes
+from forklift.cli.common import JsonOpt, RecipeArg, SetOpt, console, print_json
+from forklift.cluster.hosts import runners_for
+from forklift.cluster.inventory import resolve as resolve_inventory
+from forklift.cluster.ssh import default_ssh_config
+from forklift.cluster.sync import sync
 from forklift.errors import ModelError
 from forklift.model import bundled
+from forklift.model.resolve import local_path
 from forklift.recipe.schema import BUNDLED_PREFIX
 
 model_app = typer.Typer(help="Prepare models forklift serves.", no_args_is_help=True)
@@ -36,6 +42,26 @@ def prepare_cmd(
         print_json({"model": source, "path": str(path), "already_prepared": already})
     else:
         console.print(f"{source} {'already prepared' if already else 'prepared'}: {path}")
+
+
+@model_app.command("sync")
+def sync_cmd(
+    recipe: RecipeArg = None,
+    set_: SetOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what each node would get.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Copy the recipe's model to every node that lacks it (rsync over ssh); with PP only that node's shards."""
+    r = resolve_inventory(recipes.load(recipe, set_ or []))
+    model_dir = local_path(r.model, prepare_bundled=True)
+    result = sync(r, model_dir, runners_for(r, ssh_config=default_ssh_config()), dry_run=dry_run)
+    if json_out:
+        print_json([x.__dict__ for x in result])
+        return
+    for x in result:
+        moved = "" if x.transferred is None else f", sent {x.transferred / 2**30:.2f} GiB"
+        console.print(f"{x.host:16} {x.dest}: {len(x.files)} files, {x.bytes / 2**30:.2f} GiB needed{moved}"
+                      + (f" ({x.note})" if x.note else "") + (" [dry run]" if dry_run else ""), highlight=False)
 
 
 def register(app: typer.Typer) -> None:

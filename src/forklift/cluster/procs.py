@@ -12,12 +12,8 @@ from forklift.cluster.runner import Runner
 
 
 def pgid_alive(runner: Runner, pgid: int) -> bool:
-    """True while any process of the process group remains (zombies excluded)."""
-    res = runner.run(["ps", "-o", "stat=", "-g", str(pgid)], timeout=15)
-    if res.returncode != 0:
-        return False
-    states = [s.strip() for s in res.stdout.splitlines() if s.strip()]
-    return any(not s.startswith("Z") for s in states)
+    """True while any process of the rank's session remains (zombies excluded)."""
+    return bool(session_pids(runner, pgid))
 
 
 def pid_alive(runner: Runner, pid: int) -> bool:
@@ -26,8 +22,24 @@ def pid_alive(runner: Runner, pid: int) -> bool:
     return res.returncode == 0 and bool(state) and not state.startswith("Z")
 
 
+def session_pids(runner: Runner, sid: int) -> list[int]:
+    """Live (non-zombie) pids of a session. Ranks are started with setsid, so sid == pgid == pid; children
+    that make their own process group (Ray's daemons, vLLM workers) still belong to the session."""
+    res = runner.run(["ps", "-o", "pid=,stat=", "-s", str(sid)], timeout=15)
+    pids: list[int] = []
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit() and not parts[1].startswith("Z"):
+            pids.append(int(parts[0]))
+    return pids
+
+
 def signal_group(runner: Runner, pgid: int, sig: str) -> None:
+    """Signal the process group and every other live member of the session, by recorded id only."""
     runner.run(["kill", f"-{sig}", "--", f"-{pgid}"], timeout=15)
+    stragglers = [str(p) for p in session_pids(runner, pgid)]
+    if stragglers:
+        runner.run(["kill", f"-{sig}", "--", *stragglers], timeout=15)
 
 
 def stop_group(runner: Runner, pgid: int, *, grace_s: float, poll: Callable[[], None] | None = None) -> bool:

@@ -30,6 +30,8 @@ class RankState(BaseModel):
     container: str | None = None
     log_path: str
     ssh: str | None = None
+    node_index: int | None = None
+    role: str = "engine"
 
 
 class RunRecord(BaseModel):
@@ -49,6 +51,8 @@ class RunRecord(BaseModel):
     phases: dict[str, float] = Field(default_factory=dict)
     error: str | None = None
     api_key_env: str | None = None
+    ssh_config: str | None = None
+    gpu_baseline_mib: dict[str, list[int]] = Field(default_factory=dict)
 
     def path(self) -> Path:
         return run_dir(self.name) / "record.json"

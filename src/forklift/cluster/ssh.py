@@ -1,11 +1,13 @@
 """SshRunner: the same argv, run on another host through the system OpenSSH client.
 
-Uses the user's ~/.ssh/config, agent and host keys; connections are multiplexed (ControlMaster).
-argv is joined with ``shlex.join`` exactly once, here, at the transport edge.
+Uses the user's ~/.ssh/config, agent and host keys (or the file in ``$FORKLIFT_SSH_CONFIG``);
+connections are multiplexed (ControlMaster). argv is joined with ``shlex.join`` exactly once, here,
+at the transport edge. Every error names the host and the command.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -16,6 +18,11 @@ from forklift.cluster.runner import Completed, Spawned
 from forklift.errors import HostUnreachableError, RunnerError
 
 SSH_UNREACHABLE = 255
+SSH_CONFIG_ENV = "FORKLIFT_SSH_CONFIG"
+"""Environment variable naming an ssh_config file used instead of ~/.ssh/config (tests, CI)."""
+
+_KEY_REFUSED = ("Permission denied", "publickey", "Too many authentication failures")
+_HOSTKEY = ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED")
 
 
 def split_target(target: str) -> tuple[str, int | None]:
@@ -23,6 +30,10 @@ def split_target(target: str) -> tuple[str, int | None]:
     if target.startswith("[") and "]" in target:
         host, _, rest = target[1:].partition("]")
         return host, int(rest[1:]) if rest.startswith(":") else None
+    if "@[" in target and "]" in target:
+        user, _, rest = target.partition("@[")
+        host, _, port = rest.partition("]")
+        return f"{user}@{host}", int(port[1:]) if port.startswith(":") else None
     if target.count(":") == 1:
         host, _, port = target.partition(":")
         if port.isdigit():
@@ -30,57 +41,104 @@ def split_target(target: str) -> tuple[str, int | None]:
     return target, None
 
 
+def default_ssh_config() -> str | None:
+    value = os.environ.get(SSH_CONFIG_ENV)
+    return value or None
+
+
+def unreachable_error(host: str, target: str, stderr: str, argv: Sequence[str]) -> HostUnreachableError:
+    """Translate ssh's exit 255 into an error that says which of the usual causes it is."""
+    tail = " ".join(stderr.strip().splitlines()[-3:])[-300:]
+    cmd = shlex.join(list(argv))
+    if any(s in stderr for s in _KEY_REFUSED):
+        return HostUnreachableError(
+            f"{host}: ssh {target} refused our key while running `{cmd}`: {tail}",
+            host=host,
+            fix=f"Add your public key to {target}'s ~/.ssh/authorized_keys (ssh-copy-id {target}), "
+            "or name the right IdentityFile in ~/.ssh/config.",
+        )
+    if any(s in stderr for s in _HOSTKEY):
+        return HostUnreachableError(
+            f"{host}: ssh {target} does not trust the host key while running `{cmd}`: {tail}",
+            host=host,
+            fix=f"Verify the host and add its key: `ssh {target} true` once interactively.",
+        )
+    return HostUnreachableError(
+        f"{host}: cannot reach {target} over ssh while running `{cmd}`: {tail or 'ssh exited 255'}",
+        host=host,
+        fix=f"Check the address and that sshd runs there: `ssh {target} true` must work without a password.",
+    )
+
+
 class SshRunner:
     """Runs commands on one remote host over OpenSSH."""
 
-    def __init__(self, target: str, *, name: str | None = None, connect_timeout: int = 10,
-                 extra_options: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        name: str | None = None,
+        connect_timeout: int = 10,
+        ssh_config: str | None = None,
+        extra_options: Sequence[str] = (),
+        default_timeout: float = 120.0,
+    ) -> None:
         self.target, self.port = split_target(target)
+        self.ssh_target = target
         self.host = name or self.target
         self.connect_timeout = connect_timeout
+        self.ssh_config = ssh_config if ssh_config is not None else default_ssh_config()
         self.extra_options = list(extra_options)
+        self.default_timeout = default_timeout
 
     def base_argv(self) -> list[str]:
         control = paths.home() / "ssh"
         control.mkdir(parents=True, exist_ok=True)
-        argv = [
-            "ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout}",
+        argv = ["ssh"]
+        if self.ssh_config:
+            argv += ["-F", self.ssh_config]
+        argv += [
+            "-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout}",
             "-o", "ControlMaster=auto", "-o", f"ControlPath={control}/%C", "-o", "ControlPersist=60",
-            "-o", "ServerAliveInterval=15",
+            "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3",
         ]
         if self.port:
             argv += ["-p", str(self.port)]
         argv += self.extra_options
         return [*argv, self.target]
 
-    def _remote(self, argv: Sequence[str], env: Mapping[str, str] | None) -> str:
-        cmd = shlex.join(list(argv))
+    @staticmethod
+    def remote_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+        """The one place argv becomes a shell string: ``env K=V ... argv`` joined by shlex."""
+        full = list(argv)
         if env:
-            cmd = shlex.join(["env", *(f"{k}={v}" for k, v in env.items())]) + " " + cmd
-        return cmd
+            full = ["env", *(f"{k}={v}" for k, v in env.items()), *full]
+        return shlex.join(full)
 
     def run(self, argv: Sequence[str], *, timeout: float | None = None, env: Mapping[str, str] | None = None,
             input: str | None = None) -> Completed:
-        full = [*self.base_argv(), "--", self._remote(argv, env)]
+        full = [*self.base_argv(), "--", self.remote_command(argv, env)]
+        limit = timeout if timeout is not None else self.default_timeout
         try:
             proc = subprocess.run(  # noqa: S603 - argv list; remote command joined once with shlex
-                full, capture_output=True, text=True, timeout=timeout, input=input, check=False,
+                full, capture_output=True, text=True, timeout=limit, input=input, check=False,
+                stdin=None if input is not None else subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired as exc:
-            raise RunnerError(f"{self.host}: `{shlex.join(list(argv))}` timed out after {timeout} s",
-                              fix=f"Check that {self.host} is responsive.") from exc
+            raise RunnerError(f"{self.host}: `{shlex.join(list(argv))}` over ssh {self.target} did not finish "
+                              f"within {limit:.0f} s",
+                              fix=f"Check that {self.host} is responsive (`ssh {self.ssh_target} uptime`).") from exc
+        except FileNotFoundError as exc:
+            raise RunnerError(f"{self.host}: the ssh client is not installed here",
+                              fix="Install OpenSSH's client (apt-get install openssh-client).") from exc
         if proc.returncode == SSH_UNREACHABLE and not proc.stdout:
-            raise HostUnreachableError(
-                f"{self.host}: ssh {self.target} failed: {proc.stderr.strip()[-300:]}",
-                host=self.host,
-                fix=f"Check `ssh {self.target} true` works without a password (key in agent or ~/.ssh/config).",
-            )
+            raise unreachable_error(self.host, self.ssh_target, proc.stderr, argv)
         return Completed(self.host, tuple(argv), proc.returncode, proc.stdout, proc.stderr)
 
     def spawn(self, argv: Sequence[str], *, log_path: str, env: Mapping[str, str] | None = None,
               cwd: str | None = None) -> Spawned:
-        """Start argv detached on the host (setsid, own process group); print its pid."""
-        inner = self._remote(argv, env)
+        """Start argv detached on the host (setsid: own session and process group); read back its pid."""
+        inner = self.remote_command(argv, env)
         if cwd:
             inner = f"cd {shlex.quote(cwd)} && {inner}"
         log_dir = str(Path(log_path).parent)
@@ -93,5 +151,11 @@ class SshRunner:
         try:
             pid = int(res.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError) as exc:
-            raise RunnerError(f"{self.host}: could not read the pid of the started process: {res.stdout!r}") from exc
+            raise RunnerError(f"{self.host}: could not read the pid of `{shlex.join(list(argv))}`: "
+                              f"{res.stdout!r}") from exc
         return Spawned(self.host, pid, log_path)
+
+    def close(self) -> None:
+        """Close the multiplexed master connection, if one is open."""
+        argv = [*self.base_argv()[:-1], "-O", "exit", self.target]
+        subprocess.run(argv, capture_output=True, timeout=10, check=False)  # noqa: S603

@@ -1,37 +1,53 @@
-"""``up``: preflight, start every rank (workers first, head last), watch, and wait for a real token."""
+"""``up``: preflight, start every rank (workers first, head last), watch, and wait for a real token.
+
+Works the same for one local node and for several nodes over SSH: every host is reached through its
+Runner (node index -> Runner); rank logs live on the rank's own host and are read back through it.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
-from forklift.cluster import procs
-from forklift.cluster.engine import vllm_version
-from forklift.cluster.hosts import runner_for
+from forklift.cluster import procs, remote
+from forklift.cluster.fanout import fan_out
+from forklift.cluster.hosts import runners_for
+from forklift.cluster.inventory import resolve as resolve_inventory
+from forklift.cluster.modelfiles import local_listing
 from forklift.cluster.phases import PHASE_NAMES, advance, relevant_tail, startup_hint
+from forklift.cluster.preflight import PreflightReport, run_preflight
 from forklift.cluster.record import RankState, RunRecord, run_dir, validate_name
 from forklift.cluster.record import load as load_record
 from forklift.cluster.runner import Runner
+from forklift.cluster.ssh import default_ssh_config
 from forklift.errors import (
     EngineStartupError,
     ForkliftError,
+    ModelNotFoundError,
     PortInUseError,
     RunAlreadyRunningError,
     RunNotFoundError,
 )
-from forklift.launch.model import Launch
-from forklift.launch.render import python_for, render
+from forklift.launch.model import Launch, NodePaths, RankLaunch
+from forklift.launch.render import LAUNCHER_FILE, render
 from forklift.model.resolve import local_path
-from forklift.recipe.schema import Node, Recipe
+from forklift.recipe.schema import Recipe
 
 EventFn = Callable[[str, str], None]
 """on_event(phase, detail): phase is one of PHASE_NAMES or 'preflight'/'prepare'."""
+
+FAIL_GRACE_S = 8.0
+"""SIGTERM grace when a start fails: short, so `up` fails within 30 s of a rank dying."""
+_JOIN_RE = re.compile(r"world_size=\d+ rank=(\d+) .*distributed_init_method")
+_RAY_NODE_RE = re.compile(r"^\s*(\d+)\s+node_[0-9a-f]+", re.M)
 
 
 @dataclass
@@ -42,31 +58,46 @@ class UpResult:
     phases: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass
+class Preflight:
+    version: str
+    model_dir: Path
+    report: PreflightReport
+
+
 def _noop(phase: str, detail: str) -> None:
     return None
 
 
-def is_alive(record: RunRecord) -> bool:
+def record_runners(record: RunRecord) -> dict[int, Runner]:
+    """Runners for the nodes of a recorded run (with the ssh config it was started with)."""
+    return runners_for(Recipe.model_validate(record.recipe), ssh_config=record.ssh_config)
+
+
+def _node_index(rank: RankState) -> int:
+    return rank.node_index if rank.node_index is not None else rank.rank
+
+
+def is_alive(record: RunRecord, runners: Mapping[int, Runner] | None = None) -> bool:
     """Whether any process of the run still exists."""
-    for rank in record.ranks:
-        node = _node_for(record, rank.rank)
-        runner = runner_for(node)
-        if rank.pgid and procs.pgid_alive(runner, rank.pgid):
-            return True
-    return False
+    runners = runners or record_runners(record)
+    return any(r.pgid and procs.pgid_alive(runners[_node_index(r)], r.pgid) for r in record.ranks)
 
 
-def _node_for(record: RunRecord, rank: int) -> Node:
-    recipe = Recipe.model_validate(record.recipe)
-    node_index = next((r.node_index for r in record.launch.ranks if r.rank == rank), rank)
-    return recipe.nodes[node_index]
+def _model_dir(recipe: Recipe) -> tuple[Path, bool]:
+    """The model directory as this machine knows it, and whether this machine has it."""
+    try:
+        return local_path(recipe.model, prepare_bundled=True), True
+    except ModelNotFoundError:
+        if all(not n.is_local for n in recipe.nodes) and recipe.model.source.startswith("/"):
+            return Path(recipe.model.source), False  # only the nodes have it; the head's copy is the reference
+        raise
 
 
-def preflight(recipe: Recipe, name: str, on_event: EventFn = _noop) -> tuple[str, Path]:
-    """Checks that need no engine start: name free, engine installed, port free, model present.
-
-    Returns (vLLM version, local model path).
-    """
+def preflight(recipe: Recipe, name: str, on_event: EventFn = _noop,
+              runners: Mapping[int, Runner] | None = None, *, raise_on_failure: bool = True) -> Preflight:
+    """Checks that need no engine start, on every node in parallel: reachable, runtime and one vLLM
+    version, model files, memory and disk, ports. Raises PreflightError naming every failing node."""
     validate_name(name)
     try:
         existing = load_record(name)
@@ -77,9 +108,9 @@ def preflight(recipe: Recipe, name: str, on_event: EventFn = _noop) -> tuple[str
             f"a deployment named '{name}' is already running at {existing.endpoint}",
             fix=f"Stop it with `forklift down {name}`, or start this one with `--name OTHER`.",
         )
-    on_event("preflight", "checking the engine")
-    head_runner = runner_for(recipe.head)
-    version = vllm_version(head_runner, python_for(recipe))
+    runners = runners or runners_for(recipe, ssh_config=default_ssh_config())
+    on_event("prepare", "resolving the model")
+    model_dir, have_local = _model_dir(recipe)
     if recipe.head.is_local and not procs.port_free_local(recipe.serve.host, recipe.serve.port):
         holder = procs.port_holder_local(recipe.serve.port)
         raise PortInUseError(
@@ -89,9 +120,12 @@ def preflight(recipe: Recipe, name: str, on_event: EventFn = _noop) -> tuple[str
             holder=holder,
             fix=f"Stop that process, or pick another port: --set serve.port={recipe.serve.port + 1}",
         )
-    on_event("prepare", "resolving the model")
-    model_dir = local_path(recipe.model, prepare_bundled=True)
-    return version, model_dir
+    on_event("preflight", f"checking {len(recipe.nodes)} node(s)")
+    report = run_preflight(recipe, runners, model_dir, local_listing(model_dir) if have_local else None)
+    if raise_on_failure:
+        report.raise_if_failed()
+    version = report.versions.get(recipe.head.host, "unknown")
+    return Preflight(version, model_dir, report)
 
 
 def _rank_env(launch_env: dict[str, str], secret_env: dict[str, str]) -> dict[str, str]:
@@ -107,44 +141,86 @@ def _rank_env(launch_env: dict[str, str], secret_env: dict[str, str]) -> dict[st
     return env
 
 
-def start_ranks(recipe: Recipe, launch: Launch, record: RunRecord, runners: dict[int, Runner]) -> None:
-    """Spawn every rank in launch order, saving the record after each so `down` can always clean up."""
-    folder = run_dir(record.name)
-    for rl in launch.ranks:
-        log_path = str(folder / f"rank{rl.rank}.log")
-        Path(log_path).unlink(missing_ok=True)
+def prepare_nodes(recipe: Recipe, name: str, run_id: str, runners: Mapping[int, Runner]) -> dict[int, NodePaths]:
+    """Make the run directory on every node; copy the vLLM launcher where forklift is not installed."""
+    launcher = (Path(__file__).resolve().parent.parent / "engine" / "vllm_main.py").read_text()
+    needs_launcher = recipe.runtime.kind == "docker"
+
+    def one(idx: int) -> NodePaths:
+        node, runner = recipe.nodes[idx], runners[idx]
+        if node.is_local:
+            folder, home = str(run_dir(name)), str(Path.home())
+            Path(folder).mkdir(parents=True, exist_ok=True)
+        else:
+            home = remote.home_dir(runner)
+            folder = f"{home}/.local/state/forklift/nodes/{name}-{run_id}"
+        if needs_launcher or not node.is_local:
+            remote.write_text(runner, f"{folder}/{LAUNCHER_FILE}", launcher)
+        else:
+            runner.run(["mkdir", "-p", folder]).check()
+        return NodePaths(run_dir=folder, home=home)
+
+    done = fan_out(((i, i) for i in runners), one)
+    done.raise_first()
+    return done.results
+
+
+def _spawn_group(recipe: Recipe, group: Sequence[RankLaunch], record: RunRecord,
+                 runners: Mapping[int, Runner]) -> None:
+    """Spawn a group of processes in parallel; record every one that started, then raise the first error."""
+    def one(rl: RankLaunch) -> RankState:
+        log_path = f"{rl.run_dir}/{rl.log_name}"
         env = _rank_env(rl.env, rl.secret_env)
-        spawned = runners[rl.rank].spawn(rl.argv, log_path=log_path, env=env)
-        record.ranks.append(RankState(rank=rl.rank, host=rl.host, pid=spawned.pid, pgid=spawned.pid,
-                                      log_path=log_path, ssh=recipe.nodes[rl.node_index].ssh))
-        record.save()
+        spawned = runners[rl.node_index].spawn(rl.argv, log_path=log_path, env=env)
+        return RankState(rank=rl.rank, host=rl.host, pid=spawned.pid, pgid=spawned.pid, container=rl.container,
+                         log_path=log_path, ssh=recipe.nodes[rl.node_index].ssh, node_index=rl.node_index,
+                         role=rl.role)
+
+    done = fan_out(((i, rl) for i, rl in enumerate(group)), one)
+    record.ranks.extend(done.results[i] for i in sorted(done.results))
+    record.save()
+    done.raise_first()
 
 
-def _read_new(path: str, offset: int) -> tuple[list[str], int]:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            data = fh.read()
-    except FileNotFoundError:
-        return [], offset
-    if not data:
-        return [], offset
-    cut = data.rfind(b"\n") + 1
-    if cut == 0:
-        return [], offset
-    text = data[:cut].decode("utf-8", "replace")
-    return text.splitlines(), offset + cut
+def ray_node_count(status_text: str) -> int:
+    """Active nodes in `ray status` output."""
+    active = status_text.split("Active:", 1)[-1].split("Pending:", 1)[0] if "Active:" in status_text else ""
+    return sum(int(m.group(1)) for m in _RAY_NODE_RE.finditer(active))
 
 
-def _tail_lines(path: str, limit: int = 400) -> list[str]:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 256 * 1024))
-            return fh.read().decode("utf-8", "replace").splitlines()[-limit:]
-    except FileNotFoundError:
-        return []
+def wait_ray_nodes(recipe: Recipe, launch: Launch, record: RunRecord, runners: Mapping[int, Runner],
+                   on_event: EventFn) -> None:
+    """Poll `ray status` on the head until every node is registered (never a fixed sleep)."""
+    assert launch.ray_status_argv is not None
+    want = len(recipe.nodes)
+    deadline = time.monotonic() + recipe.ray.start_timeout_s
+    seen = 0
+    while time.monotonic() < deadline:
+        _check_alive(record, runners, "ray start")
+        res = runners[0].run(launch.ray_status_argv, timeout=60)
+        seen = ray_node_count(res.stdout) if res.ok else 0
+        on_event("starting", f"ray: {seen}/{want} nodes registered")
+        if seen >= want:
+            return
+        time.sleep(1.0)
+    waiting = [r for r in record.ranks if r.role == "ray-worker"]
+    rank = waiting[-1] if waiting else record.ranks[0]
+    _fail(record, rank, f"Ray registered {seen} of {want} nodes within {recipe.ray.start_timeout_s:.0f} s; "
+          f"workers that may not have joined: {', '.join(r.host for r in waiting)}", runners)
+
+
+def start_ranks(recipe: Recipe, launch: Launch, record: RunRecord, runners: Mapping[int, Runner],
+                on_event: EventFn = _noop) -> None:
+    """Start every process in order, saving the record after each group so `down` can always clean up:
+    Ray head, Ray workers (then wait until all registered), engine workers, the head last."""
+    if launch.ray:
+        _spawn_group(recipe, launch.ray[:1], record, runners)
+        _spawn_group(recipe, launch.ray[1:], record, runners)
+        wait_ray_nodes(recipe, launch, record, runners, on_event)
+    workers = [r for r in launch.ranks if r.rank != 0]
+    if workers:
+        _spawn_group(recipe, workers, record, runners)
+    _spawn_group(recipe, [launch.head], record, runners)
 
 
 def first_token(endpoint: str, model: str, api_key: str | None, timeout: float = 120.0) -> str:
@@ -157,8 +233,6 @@ def first_token(endpoint: str, model: str, api_key: str | None, timeout: float =
         "temperature": 0,
         "stream": True,
     }
-    import json
-
     with httpx.stream("POST", f"{endpoint}/v1/chat/completions", json=body, headers=headers,
                       timeout=timeout) as resp:
         resp.raise_for_status()
@@ -185,104 +259,151 @@ def _health(endpoint: str) -> bool:
         return False
 
 
-def _fail(record: RunRecord, rank: RankState, message: str, runners: dict[int, Runner], grace_s: float) -> None:
-    lines = _tail_lines(rank.log_path)
-    tail = relevant_tail(lines)
+def rank_log(record: RunRecord, rank: RankState, runners: Mapping[int, Runner], lines: int = 400) -> list[str]:
+    try:
+        return remote.tail(runners[_node_index(rank)], rank.log_path, lines)
+    except ForkliftError:
+        return []
+
+
+def _fail(record: RunRecord, rank: RankState, message: str, runners: Mapping[int, Runner]) -> None:
+    tail = relevant_tail(rank_log(record, rank, runners))
     hint = startup_hint(tail)
     record.status = "failed"
     record.error = message
     record.save()
-    stop_all(record, runners, grace_s=grace_s)
+    stop_all(record, runners, grace_s=FAIL_GRACE_S)
     fix = f"Most likely key: {hint[0]} ({hint[1]}). " if hint else ""
     fix += f"Full log: `forklift logs {record.name} --rank {rank.rank}`; diagnosis: `forklift doctor {record.name}`."
     raise EngineStartupError(message, rank=rank.rank, host=rank.host, log_tail=tail,
                              log_path=rank.log_path, fix=fix)
 
 
-def stop_all(record: RunRecord, runners: dict[int, Runner], *, grace_s: float) -> list[str]:
-    """Stop every rank (head first so clients see it go); return the ranks that would not die."""
-    leftovers = []
-    for rank in sorted(record.ranks, key=lambda r: r.rank):
-        if rank.pgid is None:
-            continue
-        if not procs.stop_group(runners[rank.rank], rank.pgid, grace_s=grace_s):
-            leftovers.append(f"rank {rank.rank} on {rank.host} (pgid {rank.pgid})")
+def _stop_one(rank: RankState, runner: Runner, grace_s: float) -> bool:
+    if rank.container:
+        runner.run(["docker", "stop", "-t", str(int(grace_s)), rank.container], timeout=grace_s + 30)
+        runner.run(["docker", "rm", "-f", rank.container], timeout=60)
+    if rank.pgid is None:
+        return True
+    return procs.stop_group(runner, rank.pgid, grace_s=grace_s)
+
+
+def stop_all(record: RunRecord, runners: Mapping[int, Runner], *, grace_s: float) -> list[str]:
+    """Stop every process of the run by recorded pgid / container: the API head first (so clients see it
+    go), then every other process in parallel. Returns what would not die."""
+    head = [r for r in record.ranks if r.rank == 0 and r.role == "engine"]
+    rest = [r for r in record.ranks if r not in head]
+    leftovers: list[str] = []
+    for group in (head, rest):
+        done = fan_out(((i, r) for i, r in enumerate(group)), lambda r: _stop_one(r, runners[_node_index(r)], grace_s))
+        for i, r in enumerate(group):
+            if not done.results.get(i, False):
+                why = f": {done.errors[i]}" if i in done.errors else ""
+                leftovers.append(f"{r.role} {r.rank} on {r.host} (pgid {r.pgid}){why}")
     return leftovers
 
 
-def wait_ready(record: RunRecord, runners: dict[int, Runner], *, timeout_s: float, grace_s: float,
+def _check_alive(record: RunRecord, runners: Mapping[int, Runner], phase: str) -> None:
+    live = [r for r in record.ranks if r.pgid is not None]
+    done = fan_out(((i, r) for i, r in enumerate(live)),
+                   lambda r: procs.pid_alive(runners[_node_index(r)], r.pgid or 0))
+    for i, r in enumerate(live):
+        if i in done.errors:
+            _fail(record, r, f"{r.host} stopped answering during startup ({phase}): {done.errors[i]}", runners)
+        if not done.results[i]:
+            what = "rank" if r.role == "engine" else r.role
+            _fail(record, r, f"{what} {r.rank} on {r.host} exited during startup (phase: {phase})", runners)
+
+
+def _not_joined(record: RunRecord, runners: Mapping[int, Runner]) -> list[RankState]:
+    """Engine ranks whose log shows no distributed init: the ones that never reached the head."""
+    ranks = [r for r in record.ranks if r.role == "engine"]
+    silent = [r for r in ranks if not any(_JOIN_RE.search(x) for x in rank_log(record, r, runners, 2000))]
+    return silent or [r for r in ranks if r.rank != 0]
+
+
+def wait_ready(record: RunRecord, runners: Mapping[int, Runner], *, timeout_s: float, join_s: float,
                api_key: str | None, on_event: EventFn) -> tuple[str, dict[str, float]]:
-    """Follow the head log for phases; fail fast if any rank dies; ready = /health 200 + a streamed token."""
+    """Follow the head log for phases; fail fast if any rank dies or a rank never joins;
+    ready = every rank alive + /health 200 + a streamed token."""
     t0 = time.monotonic()
-    head = next(r for r in record.ranks if r.rank == 0)
-    host, port = _host_port(record.endpoint)
+    head = next(r for r in record.ranks if r.rank == 0 and r.role == "engine")
+    head_runner = runners[_node_index(head)]
+    multi = len({_node_index(r) for r in record.ranks}) > 1
     offset = 0
     phase = "starting"
     reached: dict[str, float] = {"starting": 0.0}
     on_event(phase, "")
     while True:
-        lines, offset = _read_new(head.log_path, offset)
+        lines, offset = remote.read_from(head_runner, head.log_path, offset)
         new_phase = advance(phase, lines)
         if new_phase != phase:
             for p in PHASE_NAMES[PHASE_NAMES.index(phase) + 1 : PHASE_NAMES.index(new_phase) + 1]:
                 reached.setdefault(p, round(time.monotonic() - t0, 2))
             phase = new_phase
             on_event(phase, "")
-        for rank in record.ranks:
-            if rank.pgid is not None and not procs.pid_alive(runners[rank.rank], rank.pgid):
-                _fail(record, rank, f"rank {rank.rank} on {rank.host} exited during startup "
-                      f"(phase: {phase})", runners, grace_s)
-        if procs.port_open(host, port) and _health(record.endpoint):
+        _check_alive(record, runners, phase)
+        elapsed = time.monotonic() - t0
+        if multi and phase == "starting" and elapsed > join_s:
+            silent = _not_joined(record, runners)
+            names = ", ".join(f"rank {r.rank} on {r.host}" for r in silent)
+            _fail(record, silent[0], f"{names} never joined the head within {join_s:.0f} s", runners)
+        if _health(record.endpoint):
             try:
                 token = first_token(record.endpoint, record.served_name, api_key)
             except (httpx.HTTPError, EngineStartupError) as exc:
                 on_event(phase, f"health ok, first token not yet: {type(exc).__name__}")
             else:
+                _check_alive(record, runners, "ready")
                 reached["ready"] = round(time.monotonic() - t0, 2)
                 on_event("ready", token)
                 return token, reached
-        if time.monotonic() - t0 > timeout_s:
-            _fail(record, head, f"not ready after {timeout_s:.0f} s (last phase: {phase})", runners, grace_s)
+        if elapsed > timeout_s:
+            _fail(record, head, f"not ready after {timeout_s:.0f} s (last phase: {phase})", runners)
         time.sleep(1.0)
 
 
-def _host_port(endpoint: str) -> tuple[str, int]:
-    url = httpx.URL(endpoint)
-    return url.host, url.port or 80
-
-
-def up(recipe: Recipe, *, name: str = "default", on_event: EventFn = _noop) -> UpResult:
+def up(recipe: Recipe, *, name: str = "default", on_event: EventFn = _noop,
+       runners: Mapping[int, Runner] | None = None) -> UpResult:
     """Start the deployment described by recipe and return once it streams a real token."""
     t0 = time.monotonic()
-    version, model_dir = preflight(recipe, name, on_event)
-    launch = render(recipe, model_dir)
-    runners = {rl.rank: runner_for(recipe.nodes[rl.node_index]) for rl in launch.ranks}
+    recipe = resolve_inventory(recipe)
+    ssh_config = default_ssh_config()
+    runners = dict(runners) if runners is not None else runners_for(recipe, ssh_config=ssh_config)
+    pre = preflight(recipe, name, on_event, runners)
+    run_id = secrets.token_hex(6)
+    on_event("prepare", "creating run directories on every node")
+    node_paths = prepare_nodes(recipe, name, run_id, runners)
+    launch = render(recipe, pre.model_dir, run_id=run_id, node_paths=node_paths)
     record = RunRecord(
         name=name,
-        run_id=secrets.token_hex(6),
+        run_id=run_id,
         recipe=recipe.model_dump(mode="json"),
         launch=launch,
         endpoint=launch.endpoint,
         served_name=launch.served_name,
-        vllm_version=version,
+        vllm_version=pre.version,
         api_key_env=recipe.serve.api_key_env,
+        ssh_config=ssh_config,
+        gpu_baseline_mib=pre.report.gpu_baseline_mib,
     )
     record.timings["preflight_s"] = round(time.monotonic() - t0, 2)
+    record.save()
     api_key = os.environ.get(recipe.serve.api_key_env) if recipe.serve.api_key_env else None
     try:
-        start_ranks(recipe, launch, record, runners)
+        start_ranks(recipe, launch, record, runners, on_event)
         token, reached = wait_ready(record, runners, timeout_s=recipe.timeouts.ready_s,
-                                    grace_s=recipe.timeouts.stop_s, api_key=api_key, on_event=on_event)
+                                    join_s=recipe.timeouts.join_s, api_key=api_key, on_event=on_event)
     except KeyboardInterrupt:
-        stop_all(record, runners, grace_s=recipe.timeouts.stop_s)
+        stop_all(record, runners, grace_s=FAIL_GRACE_S)
         record.status = "stopped"
         record.error = "interrupted during startup"
         record.save()
         raise
-    except ForkliftError:
+    except EngineStartupError:
         raise
     except Exception as exc:
-        stop_all(record, runners, grace_s=recipe.timeouts.stop_s)
+        stop_all(record, runners, grace_s=FAIL_GRACE_S)
         record.status = "failed"
         record.error = f"{type(exc).__name__}: {exc}"
         record.save()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict
+
+Role = Literal["engine", "ray-head", "ray-worker"]
 
 
 class RankLaunch(BaseModel):
@@ -19,10 +23,28 @@ class RankLaunch(BaseModel):
     secret_env: dict[str, str] = {}
     """Env vars whose values are read from the *launching* environment at start (name -> source var).
     Never written to disk or shown."""
+    role: Role = "engine"
+    container: str | None = None
+    """Docker runtime: the container's name (``docker rm -f`` target in ``down``)."""
+    run_dir: str | None = None
+    """Directory on the node for this run's logs and the copied launcher."""
+
+    @property
+    def log_name(self) -> str:
+        return f"rank{self.rank}.log" if self.role == "engine" else f"{self.role}{self.rank}.log"
+
+
+class NodePaths(BaseModel):
+    """Where a run lives on one node (absolute paths on that node)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_dir: str
+    home: str
 
 
 class Launch(BaseModel):
-    """Every rank in start order (workers first, head last), plus how clients reach the head."""
+    """Every process in start order (Ray daemons, then workers, head last), plus how clients reach the head."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -32,7 +54,17 @@ class Launch(BaseModel):
     model_path: str
     port: int
     runtime: str
+    run_id: str | None = None
+    ray: list[RankLaunch] = []
+    """Ray mode: `ray start` per node (head first), started and registered before the engine."""
+    ray_status_argv: list[str] | None = None
+    """Ray mode: argv run on the head node that prints `ray status` (used to count registered nodes)."""
 
     @property
     def head(self) -> RankLaunch:
         return next(r for r in self.ranks if r.rank == 0)
+
+    @property
+    def processes(self) -> list[RankLaunch]:
+        """Everything `up` starts, in order."""
+        return [*self.ray, *self.ranks]

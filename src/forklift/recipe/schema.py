@@ -212,6 +212,8 @@ class Timeouts(Strict):
 
     ready_s: float = Field(default=1800.0, gt=0, description="Startup until the first token.")
     stop_s: float = Field(default=30.0, gt=0, description="SIGTERM grace before SIGKILL in `down`.")
+    join_s: float = Field(default=600.0, gt=0, description="Multi-node: until every rank has joined the head.")
+    ssh_s: float = Field(default=60.0, gt=0, description="Per-host limit for one remote command.")
 
 
 class Recipe(Strict):
@@ -223,6 +225,10 @@ class Recipe(Strict):
     model: ModelSection
     runtime: Runtime = Field(default_factory=VenvRuntime)
     nodes: list[Node] = Field(default_factory=lambda: [Node()], min_length=1)
+    cluster: str | None = Field(
+        default=None, description="A named cluster file (name under $FORKLIFT_HOME/clusters/ or a path) "
+        "whose nodes (and network) replace this recipe's.",
+    )
     parallel: Parallel = Field(default_factory=Parallel)
     serve: Serve = Field(default_factory=Serve)
     network: Network = Field(default_factory=Network)

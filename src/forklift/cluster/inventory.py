@@ -1,0 +1,63 @@
+"""Cluster inventory: the recipe's ``nodes``, or a named cluster file the recipe refers to.
+
+A cluster file is YAML with ``nodes:`` (the same Node fields as a recipe) and optionally ``network:``;
+``cluster: NAME`` in a recipe looks for ``$FORKLIFT_HOME/clusters/NAME.yaml`` (or takes a path).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError
+
+from forklift import paths
+from forklift.errors import RecipeError
+from forklift.recipe.schema import Network, Node, Recipe, Strict
+
+
+class ClusterFile(Strict):
+    """A reusable set of nodes."""
+
+    description: str | None = None
+    nodes: list[Node] = Field(min_length=1)
+    network: Network | None = None
+
+
+def clusters_dir() -> Path:
+    return paths.home() / "clusters"
+
+
+def find(ref: str) -> Path:
+    as_path = Path(ref).expanduser()
+    for cand in (as_path, clusters_dir() / f"{ref}.yaml", clusters_dir() / ref):
+        if cand.is_file():
+            return cand
+    known = sorted(p.stem for p in clusters_dir().glob("*.yaml")) if clusters_dir().is_dir() else []
+    raise RecipeError(
+        f"cluster '{ref}' not found (no such file, nothing at {clusters_dir()}/{ref}.yaml)",
+        fix=("Known clusters: " + ", ".join(known)) if known else
+        f"Write {clusters_dir()}/{ref}.yaml with a `nodes:` list, or list the nodes in the recipe.",
+    )
+
+
+def load_cluster(ref: str) -> ClusterFile:
+    path = find(ref)
+    try:
+        data: Any = yaml.safe_load(path.read_text()) or {}
+        return ClusterFile.model_validate(data)
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise RecipeError(f"{path}: invalid cluster file: {exc}", source=str(path),
+                          fix="A cluster file has `nodes:` (host, ssh, hardware, data_ip, model_path).") from exc
+
+
+def resolve(recipe: Recipe) -> Recipe:
+    """The recipe with its cluster file's nodes (and network) in place; unchanged without ``cluster:``."""
+    if recipe.cluster is None:
+        return recipe
+    cluster = load_cluster(recipe.cluster)
+    update: dict[str, Any] = {"nodes": cluster.nodes}
+    if cluster.network is not None:
+        update["network"] = cluster.network
+    return recipe.model_copy(update=update)

