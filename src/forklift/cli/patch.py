@@ -146,7 +146,10 @@ def check_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Compatibility table of patches across vLLM releases (fetched once, cached; nothing is written)."""
-    extra = {"installed": patches.open_tree(LocalRunner(), python)} if python else None
+    extra = None
+    if python:
+        installed = patches.open_tree(LocalRunner(), python)
+        extra = {f"installed ({installed.version})": installed}
     versions = [patches.releases.parse_requirement(a) for a in against]
     report = patches.check_releases(versions, _all_ids(ids), extra=extra)
     if json_out:

@@ -169,7 +169,7 @@ def parse_patch(data: Any, *, source: str) -> Patch:
             if err["type"] == "missing":
                 msg = "required field is missing"
             elif err["type"] == "extra_forbidden":
-                close = difflib.get_close_matches(str(err["loc"][-1]), _FIELDS, n=1)
+                close = difflib.get_close_matches(str(err["loc"][-1]), _FIELDS, n=1, cutoff=0.5)
                 msg = "unknown field" + (f"; did you mean {close[0]!r}?" if close else "")
             problems.append(f"{where}: {msg}")
         raise PatchError(f"{source}: " + "; ".join(problems),
