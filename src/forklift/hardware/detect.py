@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import shutil
 import subprocess
+from functools import cache
 from pathlib import Path
 
 import psutil
@@ -62,6 +63,12 @@ def _cpuinfo() -> tuple[str, bool]:
         if line.startswith("flags") and "amx_tile" in line.split():
             amx = True
     return model, amx
+
+
+@cache
+def local_amx() -> bool:
+    """Whether this CPU has AMX tiles (vLLM-CPU picks its MLA kernel, and so the block size, by this)."""
+    return _cpuinfo()[1]
 
 
 def _nvidia_gpus() -> list[Gpu]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forklift.errors import HardwareError, PlanError
+from forklift.hardware.detect import local_amx
 from forklift.hardware.profiles import HardwareProfile, NetworkProfile
 from forklift.hardware.profiles import get as get_profile
 from forklift.hardware.profiles import network as get_network
@@ -46,6 +47,8 @@ def _profiles_for(recipe: Recipe, world: int) -> tuple[list[HardwareProfile], li
     """Hardware profile per node, node index per rank, GPUs used per node."""
     nodes = recipe.nodes
     profiles = [get_profile(n.hardware) for n in nodes]
+    profiles = [p.model_copy(update={"amx": local_amx()}) if p.kind == "cpu" and n.is_local else p
+                for p, n in zip(profiles, nodes, strict=True)]
     if world % len(nodes):
         raise PlanError(
             f"tp x pp = {world} ranks cannot be spread evenly over {len(nodes)} nodes",
@@ -373,16 +376,16 @@ def _advice(recipe: Recipe, src: SpecSource, vr: rules.VersionRules, core: _Core
         candidates.append(("fp8 KV cache (halves KV bytes per token)", ["serve.kv_cache_dtype=fp8"]))
     if st.platform == "cuda" and not st.eager:
         candidates.append(("enforce-eager: no CUDA graphs (slower decode)", ["serve.enforce_eager=true"]))
-    ladder: list[tuple[float, Advice]] = []
+    ladder: list[tuple[int, Advice]] = []
     base_pool = min(core.pools)
     for action, sets in candidates:
         alt = _replan(recipe, src, vr, sets)
         if alt is None:
             continue
         gain = min(alt.pools) - base_pool
-        if gain <= 0 and not alt.fits:
+        if alt.kv_tokens <= core.kv_tokens and not alt.fits:
             continue
-        ladder.append((gain, Advice(action=action, set=sets, effect=f"KV pool {gain / GIB:+.2f} GiB per rank; "
+        ladder.append((alt.kv_tokens, Advice(action=action, set=sets, effect=f"KV pool {gain / GIB:+.2f} GiB per rank; "
                                     f"{alt.kv_tokens:,} KV tokens" + ("; fits" if alt.fits else "; still short"),
                                     kv_pool_gib=mem.round_gib(min(alt.pools)), kv_tokens=alt.kv_tokens,
                                     fits=alt.fits)))

@@ -1,0 +1,93 @@
+"""Plan JSON, advice ladder, calibration, hardware profiles, bundled configs, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from forklift import hardware
+from forklift import recipe as recipes
+from forklift.model import bundled, configs_index
+from forklift.model.spec import from_config
+from forklift.plan import make
+from tests.helpers import SHARED, forklift
+from tests.unit.plan.conftest import recipe_for
+
+KEYS = {"model", "fits", "kv_tokens", "max_concurrency", "decode_tok_s_single", "ranks", "advice"}
+RANK_KEYS = {"rank", "host", "layers", "weights_gib", "activation_gib", "cudagraph_gib", "non_torch_gib",
+             "kv_pool_gib", "kv_bytes_per_token"}
+
+
+def test_to_json_has_the_issue_keys() -> None:
+    data = make(recipes.load("glm-4.7-nvfp4-2x-spark")).to_json()
+    assert set(data) >= KEYS
+    assert all(set(r) >= RANK_KEYS for r in data["ranks"])
+    json.dumps(data)
+
+
+@pytest.mark.skipif(not bundled.is_prepared("smollm2-135m-instruct"), reason="bundled model not prepared")
+def test_default_cpu_recipe_plans() -> None:
+    plan = make(recipes.load("default"))
+    assert plan.fits and plan.platform == "cpu" and plan.kv_tokens > 0
+
+
+def test_every_bundled_config_parses_and_counts_published_sizes() -> None:
+    published_b = {"glm-4.7": 352.8, "glm-4.5-air": 106.9, "deepseek-v3": 671.0, "qwen3-235b-a22b": 235.1,
+                   "gpt-oss-120b": 116.8, "llama-3.1-405b": 405.8}
+    for name, entry in configs_index.bundled_configs().items():
+        spec = from_config(json.loads(configs_index.read(entry)), name=name)
+        if name in published_b:
+            assert spec.param_count() / 1e9 == pytest.approx(published_b[name], rel=0.01), name
+
+
+def test_advice_ladder_when_it_does_not_fit() -> None:
+    recipe = recipes.load("glm-4.7-nvfp4-2x-spark", [
+        "serve.gpu_memory_utilization=0.85", "serve.max_num_seqs=1024", "serve.max_num_batched_tokens=16384",
+        "serve.kv_cache_dtype=auto", "serve.max_model_len=131072"])
+    plan = make(recipe)
+    assert not plan.fits
+    actions = [a.action for a in plan.advice]
+    assert any("batch limits" in a for a in actions)
+    assert any("fp8 KV" in a for a in actions)
+    assert any("shorter context" in a for a in actions)
+    gains = [a.kv_tokens for a in plan.advice if "shorter" not in a.action and "node" not in a.action
+             and "DCP" not in a.action]
+    assert gains == sorted(gains, reverse=True)
+    assert all(a.kv_tokens > plan.kv_tokens or a.fits for a in plan.advice)
+
+
+def test_calibration_from_a_log_replaces_the_estimates(tmp_path: Path) -> None:
+    log = SHARED / "calibration" / "h200-glm45air16L-bf16.log"
+    text = log.read_text()
+    activation = float(re.search(r"([0-9.]+) GiB for peak activation", text).group(1))  # type: ignore[union-attr]
+    recipe = recipe_for(tmp_path, SHARED / "calibration" / "glm45air-16L-like.config.json", hardware="h200",
+                        max_model_len=16384, gpu_memory_utilization=0.9)
+    before = make(recipe, vllm_version="0.26.0")
+    from forklift.plan import calibrate_from_log
+
+    calibrate_from_log(recipe, log, vllm_version="0.26.0")
+    after = make(recipe, vllm_version="0.26.0")
+    assert not before.calibrated and after.calibrated
+    assert after.ranks[0].activation_gib == pytest.approx(activation)
+    assert any("calibration" in n for n in after.notes)
+
+
+def test_hardware_profiles_are_data() -> None:
+    profiles = hardware.profiles()
+    assert {"gb10", "h100", "h200", "b200", "cpu"} <= set(profiles)
+    assert profiles["gb10"].unified and profiles["gb10"].bandwidth_gbs == 273
+    assert hardware.detect().memory_total_gib > 0
+
+
+def test_cli_plan_json_and_hw() -> None:
+    res = forklift("plan", "glm-5.2-reap-3x-spark-pp3", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert [r["layers"] for r in data["ranks"]] == [26, 26, 26]
+    listed = forklift("hw", "--list", "--json")
+    assert listed.returncode == 0 and "gb10" in listed.stdout
+    bad = forklift("plan", "default", "--set", "nodes.0.hardware=h300")
+    assert bad.returncode != 0 and "HardwareError" in bad.stderr and "gb10" in bad.stderr

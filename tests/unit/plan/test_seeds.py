@@ -1,0 +1,42 @@
+"""The seeds' published figures, reproduced from the bundled recipes (or explained in the plan's notes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from forklift import recipe as recipes
+from forklift.plan import make
+
+GIB = 2**30
+
+
+def test_seed000_weights_and_kv_per_node() -> None:
+    plan = make(recipes.load("glm-4.7-nvfp4-2x-spark"))
+    assert plan.tp == 2 and len(plan.ranks) == 2
+    for rank in plan.ranks:
+        assert rank.weights_gib == pytest.approx(94, abs=1.0)
+        assert rank.kv_bytes_per_token == 92 * 2 * (8 // 2) * 128 * 1  # fp8 KV, 4 KV heads per rank
+    assert plan.ranks[0].kv_needed_gib == pytest.approx(5.75, abs=0.01)  # 65,536 tokens
+    short = make(recipes.load("glm-4.7-nvfp4-2x-spark", ["serve.max_model_len=32000"]))
+    assert short.ranks[0].kv_needed_gib == pytest.approx(2.81, abs=0.01)
+
+
+def test_seed002_weights_split_and_roofline_notes() -> None:
+    plan = make(recipes.load("glm-5.2-reap-3x-spark-pp3"))
+    assert plan.pp_partition == [26, 26, 26]
+    for rank, published in zip(plan.ranks, (83.9, 90.3, 92.1), strict=True):
+        assert rank.weights_gib == pytest.approx(published, abs=0.6)
+    # one stream walks the three stages in sequence: 273 GB/s over ~49 GB of active bytes
+    assert 4.0 < plan.decode_tok_s_single < 7.0
+    notes = " ".join(plan.notes)
+    assert "26/27/26" in notes and "79" in notes
+    assert "28.4" in notes
+    assert plan.suggested_pp_partition is not None and sum(plan.suggested_pp_partition) == 78
+
+
+def test_dcp4_recipe_reports_vllm_error_with_largest_len() -> None:
+    plan = make(recipes.load("glm-5.2-4x-spark-dcp4"))
+    assert plan.dcp == 4
+    if not plan.fits:
+        assert plan.error is not None and str(plan.largest_max_model_len) in plan.error
+        assert plan.advice
