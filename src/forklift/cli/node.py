@@ -108,7 +108,8 @@ def guard_cmd(
     if how.mode == "systemd":
         console.print(f"{how.reason}; `forklift node check` shows its heartbeat")
         return
-    err_console.print(f"[yellow]{how.reason}[/]" if not foreground else "guard running in the foreground (Ctrl-C)")
+    err_console.print(f"[yellow]{how.reason}[/]" if not foreground else "guard running in the foreground (Ctrl-C)",
+                      soft_wrap=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s forklift-guard %(levelname)s %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

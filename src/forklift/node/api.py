@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from forklift.cluster.runner import Runner
-from forklift.errors import NodeError
+from forklift.errors import NodeError, RunnerError
 from forklift.node import facts as F
 from forklift.node.apply import ApplyPlan, ApplyResult, NodeState, execute, load_state, plan_apply, plan_revert
 from forklift.node.checks import CheckResult, guard_result, run_checks
@@ -26,9 +26,7 @@ def resolve_profile(runner: Runner, name: str | None) -> NodeProfile:
     try:
         res = runner.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], timeout=30)
         gpu = res.stdout if res.ok else ""
-    except NodeError:
-        gpu = ""
-    except Exception:  # noqa: BLE001 - no nvidia-smi, unreachable tool: not a GB10
+    except RunnerError:  # no nvidia-smi: not a GB10
         gpu = ""
     return load_profile("gb10" if "GB10" in gpu.upper() else "default")
 

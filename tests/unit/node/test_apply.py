@@ -7,6 +7,7 @@ import pytest
 from forklift.errors import NodeError
 from forklift.node import facts as F
 from forklift.node.apply import (
+    ApplyPlan,
     SudoRequiredError,
     execute,
     fstab_with_swap,
@@ -22,8 +23,8 @@ from tests.unit.node.helpers import RecordingRunner, make_facts, swap
 GB10 = load_profile("gb10")
 
 
-def summaries(plan: object) -> list[str]:
-    return [s.summary for s in plan.steps]  # type: ignore[attr-defined]
+def summaries(plan: ApplyPlan) -> list[str]:
+    return [s.summary for s in plan.steps]
 
 
 def test_live_plan_orders_files_before_live_changes() -> None:
@@ -40,7 +41,8 @@ def test_live_plan_orders_files_before_live_changes() -> None:
     assert plan.state.swap is not None and plan.state.swap.created and plan.state.swap.activated
     fstab = plan.state.file("/etc/fstab")
     assert fstab is not None and base64.b64decode(fstab.content_b64 or "") == b"UUID=x / ext4 defaults 0 1"
-    assert plan.state.file(GB10.sysctl_file) is not None and not plan.state.file(GB10.sysctl_file).existed
+    conf = plan.state.file(GB10.sysctl_file)
+    assert conf is not None and not conf.existed
 
 
 def test_files_only_plan_skips_live_changes() -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from forklift.node.checks import (
     check_display_manager,
     check_guard,
@@ -43,7 +45,8 @@ def test_swap_verdicts() -> None:
 
 def test_guard_healthy_stale_dead_missing() -> None:
     g = load_profile("gb10").guard
-    kw = dict(heartbeat_path="/run/forklift/guard-heartbeat.json", has_systemd=True, heartbeat_error=None)
+    kw: dict[str, Any] = dict(heartbeat_path="/run/forklift/guard-heartbeat.json", has_systemd=True,
+                              heartbeat_error=None)
     ok = check_guard(g, installed=True, unit=UnitFact("enabled", "active"),
                      heartbeat=heartbeat(0.5, protected=[{"pid": 7}], drops=2), **kw)
     assert ok.status == "ok" and "1 processes protected" in ok.summary and ok.evidence["drops"] == 2
