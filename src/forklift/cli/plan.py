@@ -12,14 +12,21 @@ from forklift import plan as planner
 from forklift import recipe as recipes
 from forklift.cli.common import JsonOpt, RecipeArg, SetOpt, console, print_json
 from forklift.errors import DoesNotFitError
+from forklift.model import configs_index
 
 CalibrateOpt = Annotated[Path | None, typer.Option("--calibrate", help="Store the terms of this vLLM startup log.")]
+ListOpt = Annotated[bool, typer.Option("--list-configs", help="List the model configs bundled for planning.")]
 VersionOpt = Annotated[str | None, typer.Option("--vllm-version", help="vLLM release the nodes run (sizing rules).")]
 
 
 def plan_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = False,
-             calibrate: CalibrateOpt = None, vllm_version: VersionOpt = None) -> None:
+             calibrate: CalibrateOpt = None, vllm_version: VersionOpt = None,
+             list_configs: ListOpt = False) -> None:
     """Predict per-rank memory, KV tokens, max context and decode speed for a recipe."""
+    if list_configs:
+        for entry in configs_index.bundled_configs().values():
+            console.print(f"[bold]{entry.name}[/]: {entry.note} (aliases: {', '.join(entry.aliases)})")
+        return
     resolved = recipes.load(recipe, set_ or [])
     if calibrate is not None:
         planner.calibrate_from_log(resolved, calibrate, vllm_version=vllm_version)
@@ -29,8 +36,9 @@ def plan_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = 
     else:
         render(result)
     if not result.fits:
-        raise DoesNotFitError(result.error or "does not fit",
-                              fix=result.advice[0].action if result.advice else "See the notes above.")
+        fitting = [a for a in result.advice if a.fits] or result.advice
+        fix = f"{fitting[0].action}: {' '.join('--set ' + s for s in fitting[0].set)}" if fitting else None
+        raise DoesNotFitError(result.error or "does not fit", fix=fix or "See the notes above.")
 
 
 def render(p: planner.Plan) -> None:
