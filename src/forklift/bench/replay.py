@@ -3,7 +3,8 @@
 ``python -m forklift.bench.replay --stream FILE.sse --port P [--delay-ms D] [--flush-every K]`` serves
 ``/v1/completions`` (streamed: the recording's token events, tiled to the request's ``max_tokens``,
 then a usage event and ``[DONE]``), ``/v1/models`` and ``/health``. It has no ``/metrics`` and no
-tokenizer. Plain asyncio streams, HTTP/1.1 keep-alive, chunked transfer encoding.
+tokenizer. ``--die-after N`` makes it exit halfway through stream N+1. Plain asyncio streams,
+HTTP/1.1 keep-alive, chunked transfer encoding.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -65,8 +67,10 @@ def _chunk(data: bytes) -> bytes:
 
 class ReplayServer:
     def __init__(self, recording: Recording, *, delay_s: float = 0.0, flush_every: int = 0,
-                 max_model_len: int = 4096) -> None:
+                 max_model_len: int = 4096, die_after: int | None = None) -> None:
         self.recording = recording
+        self.die_after = die_after
+        self.started = 0
         self.delay_s = delay_s
         self.flush_every = flush_every
         self.max_model_len = max_model_len
@@ -112,6 +116,13 @@ class ReplayServer:
         max_tokens = max(1, int(match.group(1))) if match else 16
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
         events = self._events(max_tokens)
+        self.started += 1
+        if self.die_after is not None and self.started > self.die_after:
+            # Simulate a crashed server: half a stream, then the process is gone (every connection reset).
+            writer.write(b"".join(events[: len(events) // 2]))
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            os._exit(1)
         step = self.flush_every if self.flush_every > 0 else len(events)
         for i in range(0, len(events), step):
             writer.write(b"".join(events[i:i + step]))
@@ -122,8 +133,9 @@ class ReplayServer:
 
 
 async def serve(recording: Recording, host: str, port: int, *, delay_s: float = 0.0, flush_every: int = 0,
-                max_model_len: int = 4096) -> None:
-    server = ReplayServer(recording, delay_s=delay_s, flush_every=flush_every, max_model_len=max_model_len)
+                max_model_len: int = 4096, die_after: int | None = None) -> None:
+    server = ReplayServer(recording, delay_s=delay_s, flush_every=flush_every, max_model_len=max_model_len,
+                          die_after=die_after)
     srv = await asyncio.start_server(server.handle, host, port, backlog=1024)
     async with srv:
         await srv.serve_forever()
@@ -137,9 +149,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--delay-ms", type=float, default=0.0, help="pause after each write")
     parser.add_argument("--flush-every", type=int, default=0, help="events per write (0: the whole stream at once)")
     parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--die-after", type=int, default=None,
+                        help="serve N completions, then exit halfway through the next (a server that dies)")
     args = parser.parse_args(argv)
     asyncio.run(serve(Recording.load(args.stream), args.host, args.port, delay_s=args.delay_ms / 1000.0,
-                      flush_every=args.flush_every, max_model_len=args.max_model_len))
+                      flush_every=args.flush_every, max_model_len=args.max_model_len, die_after=args.die_after))
 
 
 if __name__ == "__main__":
