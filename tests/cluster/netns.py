@@ -6,6 +6,7 @@ ever targeted. Needs root, ``ip netns`` and Debian's openssh-server.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -67,7 +68,7 @@ class NetCluster:
         return [int(p) for p in res.stdout.split()]
 
     def foreign_pids(self, index: int) -> list[int]:
-        """Processes in the namespace other than its sshd and sshd's own sessions."""
+        """Processes in the namespace other than sshd, its sessions and ssh multiplexing masters."""
         node = self.nodes[index]
         keep = {node.sshd.pid} if node.sshd else set()
         out = []
@@ -77,8 +78,8 @@ class NetCluster:
                 ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
             except (OSError, ValueError, IndexError):
                 continue
-            if pid in keep or ppid in keep or cmd.startswith("sshd"):
-                continue
+            if pid in keep or ppid in keep or cmd.startswith(("sshd", "ssh: ")):
+                continue  # sshd, its sessions, and the ssh client's ControlMaster ("ssh: PATH [mux]")
             out.append(pid)
         return out
 
@@ -166,8 +167,6 @@ def stop(cluster: NetCluster, names: list[str] | None = None) -> None:
                 node.sshd.kill()
     for ns in names or [n.ns for n in cluster.nodes]:
         for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
-            try:
+            with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid), 9)
-            except (ProcessLookupError, ValueError):
-                pass
         sh("ip", "netns", "del", ns, check=False)

