@@ -1,0 +1,115 @@
+"""Run the acceptance suite: discover the target, run each check of the tier in order, collect a Report."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from forklift.check import needle
+from forklift.check.auth import check_auth
+from forklift.check.completion import check_completion
+from forklift.check.endpoint import check_endpoint
+from forklift.check.needle import check_needle
+from forklift.check.parity import Transcript, check_parity
+from forklift.check.reasoning import check_reasoning
+from forklift.check.result import CHECK_IDS, CheckId, CheckResult, Report, Tier
+from forklift.check.session import DEFAULT_TIMEOUT_S, Session, open_session
+from forklift.check.streaming import check_streaming
+from forklift.check.target import Target
+from forklift.check.tools import check_tools
+
+QUICK: tuple[CheckId, ...] = ("endpoint", "completion", "streaming", "tools", "auth")
+NEEDLE_TIMEOUT_S = 1800.0
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user chose beyond the tier."""
+
+    needle_lengths: tuple[int, ...] | None = None
+    needle_depths: tuple[float, ...] = needle.DEFAULT_DEPTHS
+    reference: Transcript | Target | None = None
+    only: tuple[CheckId, ...] | None = None
+    seed: int | None = None
+
+
+def plan(target: Target, tier: Tier, only: Sequence[CheckId] | None = None) -> list[CheckId]:
+    """The checks a tier runs, in order. ``quick`` adds ``reasoning`` when a reasoning parser is configured."""
+    if only:
+        return [c for c in CHECK_IDS if c in only]
+    if tier == "full":
+        return list(CHECK_IDS)
+    chosen = set(QUICK) | ({"reasoning"} if target.reasoning_parser else set())
+    return [c for c in CHECK_IDS if c in chosen]
+
+
+def _run_one(check_id: CheckId, s: Session, opts: Options, reference: Transcript | Session | None) -> CheckResult:
+    if check_id == "endpoint":
+        return check_endpoint(s)
+    if check_id == "completion":
+        return check_completion(s)
+    if check_id == "streaming":
+        return check_streaming(s)
+    if check_id == "reasoning":
+        return check_reasoning(s)
+    if check_id == "tools":
+        return check_tools(s)
+    if check_id == "needle":
+        slow = Session(s.target, s.discovery, timeout_s=NEEDLE_TIMEOUT_S)
+        try:
+            return check_needle(slow, opts.needle_lengths, opts.needle_depths, random.Random(opts.seed))
+        finally:
+            slow.close()
+    if check_id == "parity":
+        return check_parity(s, reference)
+    return check_auth(s)
+
+
+def run(target: Target, tier: Tier = "quick", opts: Options | None = None,
+        on_start: Callable[[CheckId], None] | None = None,
+        on_result: Callable[[CheckResult], None] | None = None) -> Report:
+    """Run the tier's checks against the target. Raises CheckError when the target cannot be checked at all
+    (unreachable, not OpenAI-compatible, bad arguments); a check that runs and fails is a verdict, not an error."""
+    opts = opts or Options()
+    t0 = time.monotonic()
+    ids = plan(target, tier, opts.only)
+    s = open_session(target)
+    reference: Transcript | Session | None = None
+    try:
+        if "needle" in ids and opts.needle_lengths is not None:
+            needle.validate(opts.needle_lengths, opts.needle_depths,
+                            s.target.max_model_len or s.discovery.max_model_len)
+        if "parity" in ids and isinstance(opts.reference, Target):
+            reference = open_session(opts.reference)
+        elif isinstance(opts.reference, Transcript):
+            reference = opts.reference
+        results: list[CheckResult] = []
+        served = any(m.get("id") == s.model for m in s.discovery.listing)
+        for check_id in ids:
+            if on_start:
+                on_start(check_id)
+            if check_id != "endpoint" and not served:
+                result = CheckResult(check_id, "skip", f"skipped: model '{s.model}' is not served (see endpoint)")
+            else:
+                result = _run_one(check_id, s, opts, reference)
+            results.append(result)
+            if on_result:
+                on_result(result)
+        return Report(s.target.describe(), tier, results, time.monotonic() - t0)
+    finally:
+        s.close()
+        if isinstance(reference, Session):
+            reference.close()
+
+
+def save_reference(target: Target) -> Transcript:
+    """Record the target's greedy answers on the parity prompt set (for a later ``--reference``)."""
+    from forklift.check.parity import record_transcript
+
+    s = open_session(target, timeout_s=DEFAULT_TIMEOUT_S)
+    try:
+        return record_transcript(s)
+    finally:
+        s.close()

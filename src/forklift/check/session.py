@@ -1,0 +1,256 @@
+"""One connection to the target: the official ``openai`` client for the API, httpx for vLLM's own routes.
+
+Every call returns what came back together with an :class:`Evidence` entry, so checks stay short.
+Foreign exceptions are translated here, once: a request that fails becomes evidence of failure, and a
+target that cannot be checked at all becomes a :class:`CheckError` (in :func:`open_session`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import openai
+from openai.types.chat import ChatCompletion
+
+from forklift.check.result import Evidence, excerpt
+from forklift.check.target import Target
+from forklift.errors import CheckError
+
+DEFAULT_TIMEOUT_S = 180.0
+
+
+class RequestFailed(Exception):
+    """A request inside a check failed; carries the evidence so the check can fail with it."""
+
+    def __init__(self, evidence: Evidence) -> None:
+        super().__init__(evidence.response)
+        self.evidence = evidence
+
+
+@dataclass
+class StreamedChat:
+    """A streamed chat completion, assembled."""
+
+    content: str = ""
+    reasoning: str = ""
+    finish_reasons: list[str] = field(default_factory=list)
+    tool_calls: dict[int, dict[str, str]] = field(default_factory=dict)
+    usage: dict[str, int] | None = None
+    chunks: int = 0
+
+
+def _reasoning_of(obj: Any) -> str:
+    """vLLM puts reasoning in ``reasoning`` (newer) or ``reasoning_content`` (older); both are extras."""
+    extra: dict[str, Any] = getattr(obj, "model_extra", None) or {}
+    for key in ("reasoning", "reasoning_content"):
+        value = extra.get(key) if key in extra else getattr(obj, key, None)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def reasoning_field(obj: Any) -> str | None:
+    """Which field carried reasoning text, if any."""
+    extra: dict[str, Any] = getattr(obj, "model_extra", None) or {}
+    for key in ("reasoning", "reasoning_content"):
+        value = extra.get(key) if key in extra else getattr(obj, key, None)
+        if isinstance(value, str) and value:
+            return key
+    return None
+
+
+def message_reasoning(resp: ChatCompletion) -> str:
+    return _reasoning_of(resp.choices[0].message) if resp.choices else ""
+
+
+def _error_text(exc: Exception) -> str:
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}: {excerpt(exc.response.text)}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What the server said about itself before any check ran."""
+
+    listing: list[dict[str, Any]]
+    max_model_len: int | None
+    version: str | None
+
+
+class Session:
+    """Requests against one target, each recorded as evidence. Build it with :func:`open_session`."""
+
+    def __init__(self, target: Target, discovery: Discovery, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        if target.model is None:
+            raise CheckError("no model to check", fix="Pass --model NAME.")
+        self.target = target
+        self.discovery = discovery
+        self.model: str = target.model
+        self.timeout_s = timeout_s
+        headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+        self.http = httpx.Client(base_url=target.base_url, headers=headers, timeout=timeout_s)
+        self.client = self.openai_client(target.api_key)
+
+    def openai_client(self, api_key: str | None, *, timeout_s: float | None = None) -> openai.OpenAI:
+        """An ``openai.OpenAI`` client for the target, as users build it ("EMPTY" when there is no key)."""
+        return openai.OpenAI(base_url=f"{self.target.base_url}/v1", api_key=api_key or "EMPTY",
+                             max_retries=0, timeout=timeout_s or self.timeout_s)
+
+    def close(self) -> None:
+        self.http.close()
+        self.client.close()
+
+    # -- raw routes ---------------------------------------------------------------------------------
+
+    def get(self, label: str, path: str, *, headers: dict[str, str] | None = None) -> tuple[httpx.Response, Evidence]:
+        t0 = time.monotonic()
+        resp = self.http.get(path, headers=headers)
+        ev = Evidence(label, {"method": "GET", "path": path}, f"HTTP {resp.status_code}: {excerpt(resp.text)}",
+                      time.monotonic() - t0)
+        return resp, ev
+
+    # -- chat ----------------------------------------------------------------------------------------
+
+    def chat(self, label: str, *, client: openai.OpenAI | None = None,
+             **kwargs: Any) -> tuple[ChatCompletion, Evidence]:
+        """A non-streamed chat completion; raises :class:`RequestFailed` with the evidence on any error."""
+        body = {"model": self.model, **kwargs}
+        t0 = time.monotonic()
+        try:
+            resp = (client or self.client).chat.completions.create(**body)
+        except (openai.OpenAIError, httpx.HTTPError) as exc:
+            raise RequestFailed(Evidence(label, _shown(body), _error_text(exc), time.monotonic() - t0)) from exc
+        return resp, Evidence(label, _shown(body), excerpt(_describe(resp)), time.monotonic() - t0)
+
+    def chat_stream(self, label: str, **kwargs: Any) -> tuple[StreamedChat, Evidence]:
+        """A streamed chat completion with usage, assembled from its deltas."""
+        body = {"model": self.model, "stream": True, "stream_options": {"include_usage": True}, **kwargs}
+        out = StreamedChat()
+        t0 = time.monotonic()
+        try:
+            for chunk in self.client.chat.completions.create(**body):
+                out.chunks += 1
+                if chunk.usage is not None:
+                    out.usage = {"prompt_tokens": chunk.usage.prompt_tokens,
+                                 "completion_tokens": chunk.usage.completion_tokens,
+                                 "total_tokens": chunk.usage.total_tokens}
+                for choice in chunk.choices:
+                    delta = choice.delta
+                    out.content += delta.content or ""
+                    out.reasoning += _reasoning_of(delta)
+                    for tc in delta.tool_calls or []:
+                        slot = out.tool_calls.setdefault(tc.index, {"name": "", "arguments": ""})
+                        if tc.function is not None:
+                            slot["name"] += tc.function.name or ""
+                            slot["arguments"] += tc.function.arguments or ""
+                    if choice.finish_reason:
+                        out.finish_reasons.append(choice.finish_reason)
+        except (openai.OpenAIError, httpx.HTTPError) as exc:
+            raise RequestFailed(Evidence(label, _shown(body), _error_text(exc), time.monotonic() - t0)) from exc
+        shown = {"content": out.content, "reasoning": out.reasoning or None, "finish_reasons": out.finish_reasons,
+                 "tool_calls": list(out.tool_calls.values()) or None, "usage": out.usage, "chunks": out.chunks}
+        text = json.dumps({k: v for k, v in shown.items() if v is not None})
+        return out, Evidence(label, _shown(body), excerpt(text), time.monotonic() - t0)
+
+
+def _shown(body: dict[str, Any], limit: int = 300) -> dict[str, Any]:
+    """The request as evidence: long message contents are cut (a needle prompt is thousands of tokens)."""
+    out = dict(body)
+    msgs = out.get("messages")
+    if isinstance(msgs, list):
+        cut = []
+        for m in msgs:
+            m2 = dict(m)
+            content = m2.get("content")
+            if isinstance(content, str) and len(content) > limit:
+                half = limit // 2
+                m2["content"] = f"{content[:half]} ... [{len(content) - limit} chars] ... {content[-half:]}"
+            cut.append(m2)
+        out["messages"] = cut
+    return out
+
+
+def _describe(resp: ChatCompletion) -> str:
+    if not resp.choices:
+        return json.dumps({"choices": []})
+    choice = resp.choices[0]
+    msg = choice.message
+    data: dict[str, Any] = {"content": msg.content, "finish_reason": choice.finish_reason}
+    reasoning = _reasoning_of(msg)
+    if reasoning:
+        data["reasoning"] = reasoning
+    if msg.tool_calls:
+        fns = [fn for fn in (getattr(tc, "function", None) for tc in msg.tool_calls) if fn is not None]
+        data["tool_calls"] = [{"name": fn.name, "arguments": fn.arguments} for fn in fns]
+    if resp.usage is not None:
+        data["usage"] = {"prompt_tokens": resp.usage.prompt_tokens, "completion_tokens": resp.usage.completion_tokens}
+    return json.dumps(data)
+
+
+def _where(target: Target) -> str:
+    return f"run '{target.run_name}' ({target.base_url})" if target.run_name else target.base_url
+
+
+def _reach_fix(target: Target) -> str:
+    if target.run_name:
+        return f"Is it running? `forklift status {target.run_name}`; start it with `forklift up`."
+    return "Check the URL and port, and that the server is up (curl URL/v1/models)."
+
+
+def discover(target: Target, *, timeout_s: float = 30.0) -> tuple[Target, Discovery]:
+    """Ask the server for its models; resolve the model to check. Raises :class:`CheckError` when the target
+    cannot be checked at all: unreachable, not OpenAI-compatible, key refused, model ambiguous."""
+    headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+    where = _where(target)
+    try:
+        with httpx.Client(base_url=target.base_url, headers=headers, timeout=timeout_s) as http:
+            resp = http.get("/v1/models")
+            version_resp = http.get("/version") if resp.status_code == 200 else None
+    except httpx.HTTPError as exc:
+        raise CheckError(f"cannot reach {where}: {type(exc).__name__}: {exc}", fix=_reach_fix(target)) from exc
+    if resp.status_code in (401, 403):
+        if target.api_key:
+            raise CheckError(f"{where} refused the API key from ${target.api_key_env} (HTTP {resp.status_code})",
+                             fix=f"Check ${target.api_key_env} holds the key the server was started with.")
+        raise CheckError(f"{where} requires an API key (HTTP {resp.status_code} on /v1/models)",
+                         fix="Pass --api-key-env VAR naming the environment variable that holds the key.")
+    kind = resp.headers.get("content-type", "?").split(";")[0]
+    try:
+        body = resp.json() if resp.status_code == 200 else None
+    except ValueError:
+        body = None
+    if not (isinstance(body, dict) and isinstance(body.get("data"), list)):
+        raise CheckError(
+            f"{where} is not an OpenAI-compatible server: GET /v1/models answered HTTP {resp.status_code} "
+            f"({kind}): {excerpt(resp.text, 120)!r}",
+            fix="Pass the server's base URL, the part before /v1 (for example http://HOST:8000).")
+    listing = [m for m in body["data"] if isinstance(m, dict)]
+    ids = [str(m.get("id")) for m in listing]
+    model = target.model
+    if model is None:
+        if len(ids) != 1:
+            raise CheckError(f"{where} serves {len(ids)} models ({', '.join(ids) or 'none'}); which one?",
+                             fix="Pass --model NAME.")
+        model = ids[0]
+    entry = next((m for m in listing if m.get("id") == model), None)
+    listed_len = entry.get("max_model_len") if entry else None
+    version = None
+    if version_resp is not None and version_resp.status_code == 200:
+        try:
+            version = str(version_resp.json().get("version"))
+        except (ValueError, AttributeError):
+            version = None
+    discovery = Discovery(listing=listing, max_model_len=listed_len if isinstance(listed_len, int) else None,
+                          version=version)
+    return target.with_model(model), discovery
+
+
+def open_session(target: Target, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Session:
+    """Discover the target and open a session on it."""
+    resolved, discovery = discover(target)
+    return Session(resolved, discovery, timeout_s=timeout_s)
