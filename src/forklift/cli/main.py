@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "up",
     "status",
     "chat",
+    "check",
     "node",
     "bench",
     "doctor",
