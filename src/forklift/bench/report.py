@@ -32,7 +32,8 @@ def _plots(result: BenchResult, out: Path) -> list[tuple[str, str]]:
         for run in runs:
             vals = sorted(v * 1000.0 for rec in run.ok_records if (v := getattr(rec, attr)) is not None)
             if vals:
-                ax.step(vals, [(i + 1) / len(vals) for i in range(len(vals))], where="post", label=_label(run))
+                ys = [0.0] + [(i + 1) / len(vals) for i in range(len(vals))]
+                ax.step([vals[0], *vals], ys, where="post", label=_label(run))
         ax.set_xlabel(f"{name} (ms)")
         ax.set_ylabel("fraction of requests")
         ax.set_title(f"{name} CDF")
