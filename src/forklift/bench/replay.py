@@ -71,6 +71,8 @@ class ReplayServer:
         self.recording = recording
         self.die_after = die_after
         self.started = 0
+        self.active = 0
+        self.max_active = 0
         self.delay_s = delay_s
         self.flush_every = flush_every
         self.max_model_len = max_model_len
@@ -124,12 +126,17 @@ class ReplayServer:
             await asyncio.sleep(0.05)
             os._exit(1)
         step = self.flush_every if self.flush_every > 0 else len(events)
-        for i in range(0, len(events), step):
-            writer.write(b"".join(events[i:i + step]))
-            await writer.drain()
-            if self.delay_s:
-                await asyncio.sleep(self.delay_s)
-        writer.write(b"0\r\n\r\n")
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            for i in range(0, len(events), step):
+                writer.write(b"".join(events[i:i + step]))
+                await writer.drain()
+                if self.delay_s:
+                    await asyncio.sleep(self.delay_s)
+            writer.write(b"0\r\n\r\n")
+        finally:
+            self.active -= 1
 
 
 async def serve(recording: Recording, host: str, port: int, *, delay_s: float = 0.0, flush_every: int = 0,
