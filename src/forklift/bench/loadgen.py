@@ -306,8 +306,7 @@ async def run_async(config: BenchConfig, target: Target, on_event: OnEvent | Non
                 continue
             before, before_note = await _scrape(target)
             level = _Level(client, target, config, cycle, index, conc, emit)
-            duration = await level.run(config.requests if config.duration_s is None else config.requests,
-                                       config.duration_s)
+            duration = await level.run(config.requests, config.duration_s)
             counters = await _counters(target, before, before_note, level.records, level.fatal)
             runs.append(RunResult(concurrency=conc, rate=config.rate, duration_s=duration,
                                   records=tuple(sorted(level.records, key=lambda r: r.start)), slo=config.slo,

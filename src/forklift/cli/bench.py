@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -61,7 +62,8 @@ def bench_cmd(
     model: Annotated[str | None, typer.Option("--model", help="Served model name (default: the server's).")] = None,
     tokenizer: Annotated[str | None, typer.Option(
         "--tokenizer", help="Tokenizer path or id (default: the run's model, or the server's /tokenize).")] = None,
-    concurrency: Annotated[str, typer.Option("--concurrency", "-c", help="Levels, e.g. 1,2,4,8.")] = "1",
+    concurrency: Annotated[str | None, typer.Option(
+        "--concurrency", "-c", help="Levels, e.g. 1,2,4,8 ('inf': no cap). Default 1, or no cap with --rate.")] = None,
     input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")] = 128,
     output_len: Annotated[int, typer.Option("--output-len", help="Output tokens per request (EOS ignored).")] = 64,
     requests: Annotated[int | None, typer.Option("--requests", "-r", help="Requests per level.")] = None,
@@ -78,7 +80,7 @@ def bench_cmd(
 ) -> None:
     """Measure TTFT, TPOT, ITL, E2E and throughput per concurrency level; write JSON and an HTML report."""
     config = bench.BenchConfig(
-        concurrency=_levels(concurrency), input_len=input_len, output_len=output_len,
+        concurrency=_levels(concurrency or ("inf" if rate else "1")), input_len=input_len, output_len=output_len,
         requests=requests if requests is not None or duration is not None else 16, duration_s=duration, rate=rate,
         prompts_file=prompts, warmup=warmup, slo=bench.Slo(slo_ttft, slo_tpot, slo_e2e), seed=seed)
     config.validate()
@@ -111,7 +113,8 @@ def bench_cmd(
     if json_out:
         print_json(result.to_json() | {"files": {k: str(v) for k, v in written.items()}})
     else:
-        console.print(_table(result))
+        # Piped output gets room for the whole table rather than rich's 80-column default.
+        (console if console.is_terminal else Console(width=160)).print(_table(result))
         ss = result.single_stream
         if ss.decode_tok_s is not None:
             pct = f", {ss.pct_of_roofline:.1f}% of the planner's {ss.roofline_decode_tok_s:.1f} tok/s" \
