@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,3 +24,13 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[netns.NetCluster]:
         yield cluster
     finally:
         netns.stop(cluster)
+        _remove_node_run_dirs(tmp / "home" / "runs")
+
+
+def _remove_node_run_dirs(runs: Path) -> None:
+    """The ranks' run directories on the nodes (same filesystem here): only the ones our records name."""
+    for record in runs.glob("*/record.json"):
+        for rank in json.loads(record.read_text()).get("ranks", []):
+            folder = Path(rank["log_path"]).parent
+            if "/forklift/nodes/" in str(folder):
+                shutil.rmtree(folder, ignore_errors=True)

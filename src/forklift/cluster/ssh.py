@@ -7,9 +7,11 @@ at the transport edge. Every error names the host and the command.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -91,15 +93,21 @@ class SshRunner:
         self.extra_options = list(extra_options)
         self.default_timeout = default_timeout
 
+    def control_path(self) -> str:
+        """A short socket path (Unix sockets allow ~107 bytes): one folder per user in the temp dir, one
+        master per (forklift home, ssh config, %C = local host, remote host, port, user)."""
+        folder = Path(tempfile.gettempdir()) / f"forklift-ssh-{os.getuid()}"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        scope = hashlib.sha256(f"{paths.home()}\0{self.ssh_config or ''}".encode()).hexdigest()[:8]
+        return f"{folder}/{scope}-%C"
+
     def base_argv(self) -> list[str]:
-        control = paths.home() / "ssh"
-        control.mkdir(parents=True, exist_ok=True)
         argv = ["ssh"]
         if self.ssh_config:
             argv += ["-F", self.ssh_config]
         argv += [
             "-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout}",
-            "-o", "ControlMaster=auto", "-o", f"ControlPath={control}/%C", "-o", "ControlPersist=60",
+            "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path()}", "-o", "ControlPersist=60",
             "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3",
         ]
         if self.port:
