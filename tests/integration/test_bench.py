@@ -43,6 +43,11 @@ def test_two_levels_counts_equal_the_server_counters(served: Served, tmp_path: P
     assert data["server_counts_match"] is True and data["complete"] is True
     assert data["single_stream"]["decode_tok_s"] > 0
     assert data["single_stream"]["prefill_tok_s"] > 0
+    ss = data["single_stream"]  # the roofline comes from the planner when there is one; never a failure
+    if ss["roofline_decode_tok_s"]:
+        assert ss["pct_of_roofline"] == pytest.approx(100 * ss["decode_tok_s"] / ss["roofline_decode_tok_s"])
+    else:
+        assert ss["pct_of_roofline"] is None and ss["roofline_source"]
     on_disk = json.loads((out / "results.json").read_text())
     assert [r["concurrency"] for r in on_disk["runs"]] == [1, 2]
     for name in ("report.html", "latency_cdf.png", "throughput.png", "ttft_vs_input.png"):
