@@ -31,6 +31,9 @@ export PYTHONPATH=$REPO/src:$SITE\${PYTHONPATH:+:\$PYTHONPATH}
 export FORKLIFT_HOME=\${FORKLIFT_HOME:-$HOME/forklift-home}
 export PYTHONUNBUFFERED=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# flashinfer-python is not carried: without this, vLLM 0.26's V2 model runner imports it for top-p/top-k sampling
+# (v1/sample/ops/topk_topp_sampler.py) and the engine dies with "No module named 'flashinfer'".
+export VLLM_USE_FLASHINFER_SAMPLER=0
 forklift() { python3 -m forklift.cli.main "\$@"; }
 EOF
 . "$S/env.sh"
