@@ -140,6 +140,16 @@ def test_parity_against_a_saved_transcript(served: Served, tmp_path: Path) -> No
     assert "serve.enforce_eager True vs False" in parity["summary"]
 
 
+def test_parity_against_a_second_endpoint(served: Served) -> None:
+    res = forklift("check", served.name, "--only", "parity", "--reference", served.endpoint, "--json",
+                   home=served.home, timeout=300)
+    parity = _by_id(_report(res))["parity"]
+    assert parity["status"] == "pass" and res.returncode == 0
+    assert parity["details"]["reference"]["base_url"] == served.endpoint
+    assert [e["label"].startswith("reference: ") for e in parity["evidence"]] == [True] * 3 + [False] * 3
+    assert parity["details"]["settings_differ"] == {}
+
+
 # -- bad input -------------------------------------------------------------------------------------
 
 

@@ -113,31 +113,49 @@ def _split_at_sentence(text: str, depth: float) -> int:
     return cut + 2 if cut >= 0 else 0
 
 
+def _attempt(tok: Tokenizer, ids: Sequence[int], n: int, depth: float, needle: str) -> tuple[Messages, int]:
+    text = tok.decode(ids[:n]).rstrip()
+    cut = _split_at_sentence(text, depth)
+    before, after = text[:cut], text[cut:]
+    msgs = _messages(before, needle if not before or before.endswith(" ") else " " + needle, after)
+    return msgs, tok.count_chat(msgs)
+
+
 def build(tok: Tokenizer, ids: Sequence[int], length: int, depth: float, code: str,
-          tries: int = 8) -> tuple[Messages, int]:
+          tries: int = 8, window: int = 12) -> tuple[Messages, int]:
     """A chat prompt of exactly ``length`` tokens (template included) with the code at ``depth``.
 
-    Returns the messages and their real token count (equal to ``length`` unless the tokenizer would not
-    settle, in which case the closest count not above ``length``)."""
+    Steps the filler size towards the target (token merges at the seams can make a step overshoot), then scans
+    nearby sizes. Returns the messages and their real token count: ``length``, unless no filler size gives it,
+    in which case the closest count below it."""
     needle = f"The secret code is {code}. "
-    best: tuple[Messages, int] | None = None
+    best: tuple[Messages, int, int] | None = None
     n = length - tok.count_chat(_messages("", needle, ""))
+    tried: set[int] = set()
     for _ in range(tries):
         n = max(0, min(n, len(ids)))
-        text = tok.decode(ids[:n])
-        cut = _split_at_sentence(text, depth)
-        before, after = text[:cut], text[cut:]
-        msgs = _messages(before, needle if not before or before.endswith(" ") else " " + needle, after)
-        count = tok.count_chat(msgs)
+        if n in tried:
+            break
+        tried.add(n)
+        msgs, count = _attempt(tok, ids, n, depth, needle)
         if count == length:
             return msgs, count
         if count < length and (best is None or count > best[1]):
-            best = (msgs, count)
+            best = (msgs, count, n)
         n += length - count
+    centre = best[2] if best is not None else n
+    for m in sorted(range(max(0, centre - window), min(len(ids), centre + window) + 1), key=lambda x: abs(x - centre)):
+        if m in tried:
+            continue
+        msgs, count = _attempt(tok, ids, m, depth, needle)
+        if count == length:
+            return msgs, count
+        if count < length and (best is None or count > best[1]):
+            best = (msgs, count, m)
     if best is None:
         raise CheckError(f"could not build a needle prompt of {length} tokens",
                          fix="Pass a longer --needle-lengths value.")
-    return best
+    return best[0], best[1]
 
 
 def check_needle(s: Session, lengths: Sequence[int] | None = None, depths: Sequence[float] = DEFAULT_DEPTHS,

@@ -11,6 +11,7 @@ from typing import Any
 
 from forklift.check.result import CheckResult, Evidence, Status, worst
 from forklift.check.session import RequestFailed, Session
+from forklift.check.target import base_version
 from forklift.errors import CheckError
 
 FORMAT = "forklift-transcript/1"
@@ -99,7 +100,7 @@ def record_transcript(s: Session) -> Transcript:
 def _settings(s: Session) -> dict[str, Any] | None:
     if s.target.settings is not None:
         return s.target.settings
-    return {"vllm_version": s.discovery.version} if s.discovery.version else None
+    return {"vllm_version": base_version(s.discovery.version)} if s.discovery.version else None
 
 
 @dataclass(frozen=True)

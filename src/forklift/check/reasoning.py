@@ -14,6 +14,7 @@ from forklift.check.session import RequestFailed, Session, message_reasoning, re
 
 PROMPT = "What is 17 * 23? Answer with the number only."
 SMALL_BUDGET = 16
+PROBE_BUDGET = 128
 ADEQUATE_BUDGET = 4096
 THINK_MARKERS = ("<think>", "</think>", "<|think|>", "◁think▷")
 
@@ -70,32 +71,32 @@ def check_reasoning(s: Session) -> CheckResult:
     msgs = [{"role": "user", "content": PROMPT}]
     evidence: list[Evidence] = []
     try:
+        if not s.target.reasoning_parser:
+            # No parser known: a short probe tells a reasoning model from a plain one without a long generation.
+            probe, ev = s.chat(f"max_tokens {PROBE_BUDGET}", messages=msgs, max_tokens=PROBE_BUDGET, temperature=0)
+            evidence.append(ev)
+            first = Answer.of(probe)
+            if not first.reasoning:
+                if leaks(first):
+                    return CheckResult("reasoning", "warn", f"no reasoning parser, and reasoning markers "
+                                       f"{leaks(first)} appear in content", evidence, seconds=time.monotonic() - t0,
+                                       fix="Serve with the model's reasoning parser (serve.reasoning_parser).")
+                return CheckResult("reasoning", "skip", "no reasoning parser configured and the model returned no "
+                                   "reasoning", evidence, seconds=time.monotonic() - t0)
         big, ev = s.chat(f"max_tokens {ADEQUATE_BUDGET}", messages=msgs, max_tokens=ADEQUATE_BUDGET, temperature=0)
         evidence.append(ev)
-    except RequestFailed as exc:
-        return CheckResult("reasoning", "fail", f"request failed: {exc.evidence.response}", [exc.evidence],
-                           seconds=time.monotonic() - t0)
-    adequate = Answer.of(big)
-    if not s.target.reasoning_parser and not adequate.reasoning:
-        if leaks(adequate):
-            return CheckResult("reasoning", "warn", f"no reasoning parser, and reasoning markers {leaks(adequate)} "
-                               "appear in content", evidence, seconds=time.monotonic() - t0,
-                               fix="Serve with the model's reasoning parser (serve.reasoning_parser).")
-        return CheckResult("reasoning", "skip", "no reasoning parser configured and the model returned no reasoning",
-                           evidence, seconds=time.monotonic() - t0)
-    try:
         small_resp, ev = s.chat(f"max_tokens {SMALL_BUDGET}", messages=msgs, max_tokens=SMALL_BUDGET, temperature=0)
         evidence.append(ev)
     except RequestFailed as exc:
         evidence.append(exc.evidence)
         return CheckResult("reasoning", "fail", f"request failed: {exc.evidence.response}", evidence,
                            seconds=time.monotonic() - t0)
+    adequate = Answer.of(big)
     results = [score_adequate(adequate), score_small(Answer.of(small_resp))]
     status = worst([r[0] for r in results])
-    summary = "; ".join(r[1] for r in results)
     fix = None
     if status != "pass":
         fix = ("Reasoning models need a generous max_tokens (512+); check serve.reasoning_parser matches the model "
                "so reasoning goes to the reasoning field, not content.")
-    return CheckResult("reasoning", status, summary, evidence, fix=fix, seconds=time.monotonic() - t0,
-                       details={"field": adequate.field})
+    return CheckResult("reasoning", status, "; ".join(r[1] for r in results), evidence, fix=fix,
+                       seconds=time.monotonic() - t0, details={"field": adequate.field})

@@ -7,6 +7,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import httpx
+import openai
+
 from forklift.check import needle
 from forklift.check.auth import check_auth
 from forklift.check.completion import check_completion
@@ -67,6 +70,17 @@ def _run_one(check_id: CheckId, s: Session, opts: Options, reference: Transcript
     return check_auth(s)
 
 
+def _guarded(check_id: CheckId, s: Session, opts: Options, reference: Transcript | Session | None) -> CheckResult:
+    """A check whose connection breaks mid-way fails with that error instead of aborting the suite."""
+    t0 = time.monotonic()
+    try:
+        return _run_one(check_id, s, opts, reference)
+    except (httpx.HTTPError, openai.OpenAIError) as exc:
+        return CheckResult(check_id, "fail", f"request failed: {type(exc).__name__}: {exc}",
+                           seconds=time.monotonic() - t0,
+                           fix="The server stopped answering mid-check: see `forklift status` and `forklift logs`.")
+
+
 def run(target: Target, tier: Tier = "quick", opts: Options | None = None,
         on_start: Callable[[CheckId], None] | None = None,
         on_result: Callable[[CheckResult], None] | None = None) -> Report:
@@ -93,7 +107,7 @@ def run(target: Target, tier: Tier = "quick", opts: Options | None = None,
             if check_id != "endpoint" and not served:
                 result = CheckResult(check_id, "skip", f"skipped: model '{s.model}' is not served (see endpoint)")
             else:
-                result = _run_one(check_id, s, opts, reference)
+                result = _guarded(check_id, s, opts, reference)
             results.append(result)
             if on_result:
                 on_result(result)

@@ -104,8 +104,13 @@ def settings_of(recipe: Mapping[str, Any], vllm_version: str | None) -> dict[str
     nodes = recipe.get("nodes") or []
     out["nodes"] = len(nodes)
     out["hardware"] = sorted({str(n.get("hardware")) for n in nodes if isinstance(n, Mapping)})
-    out["vllm_version"] = vllm_version
+    out["vllm_version"] = base_version(vllm_version)
     return out
+
+
+def base_version(version: str | None) -> str | None:
+    """``0.32.0+cpu`` -> ``0.32.0``: what vLLM's /version reports, so the two sources compare."""
+    return version.split("+")[0] if version else None
 
 
 def from_record(record: RunRecord, *, api_key_env: str | None = None,
