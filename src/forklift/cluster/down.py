@@ -118,7 +118,7 @@ def _alive(record: RunRecord, runners: Mapping[int, Runner], roles: tuple[str, .
     live = [r for r in record.ranks if r.pgid is not None and r.role in roles]
     done = fan_out(((i, r) for i, r in enumerate(live)),
                    lambda r: procs.pgid_alive(runners[_node_index(r)], r.pgid or 0))
-    return [r.rank for i, r in enumerate(live) if done.results.get(i)]
+    return sorted(r.rank for i, r in enumerate(live) if done.results.get(i))
 
 
 @dataclass
