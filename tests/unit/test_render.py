@@ -67,3 +67,15 @@ def test_api_key_is_never_in_argv_or_env() -> None:
     rank = render(r, "/m").head
     assert rank.secret_env == {"VLLM_API_KEY": "MY_KEY"}
     assert "VLLM_API_KEY" not in rank.env and "--api-key" not in rank.argv
+
+
+def test_node_env_applies_to_that_node_only() -> None:
+    r = recipes.load("default", [
+        "nodes=[{host: localhost, env: {CUDA_VISIBLE_DEVICES: 0}},"
+        " {host: 127.0.0.1, env: {CUDA_VISIBLE_DEVICES: '1'}}]",
+        "parallel.pp=2", "env.SHARED=on-both",
+    ])
+    launch = render(r, "/m")
+    by_rank = {x.rank: x.env for x in launch.ranks}
+    assert by_rank[0]["CUDA_VISIBLE_DEVICES"] == "0" and by_rank[1]["CUDA_VISIBLE_DEVICES"] == "1"
+    assert by_rank[0]["SHARED"] == by_rank[1]["SHARED"] == "on-both"

@@ -10,12 +10,42 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from forklift import recipe as recipes
 from forklift.cli.common import JsonOpt, NameOpt, RecipeArg, SetOpt, console, err_console, print_json
+from forklift.cluster.fanout import fan_out
+from forklift.cluster.hosts import runners_for
 from forklift.cluster.inventory import resolve as resolve_inventory
 from forklift.cluster.phases import PHASE_NAMES
 from forklift.cluster.preflight import PreflightReport
+from forklift.cluster.ssh import default_ssh_config
 from forklift.cluster.up import preflight, up
+from forklift.errors import NodeError
+from forklift.node import CheckResult
+from forklift.recipe.schema import Recipe
 
 PreflightOpt = Annotated[bool, typer.Option("--preflight-only", help="Check every node, start nothing.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Start even when the plan says it will not fit.")]
+StrictOpt = Annotated[bool, typer.Option("--strict", help="Refuse when a node check warns (no guard or swap on "
+                                                           "unified-memory nodes).")]
+
+
+def _node_checks(r: Recipe, strict: bool) -> None:
+    """`forklift node`'s preflight on every node: warn (or refuse with --strict) on unready hosts."""
+    from forklift.node import preflight as node_preflight
+    from forklift.node import resolve_profile
+
+    runners = runners_for(r, ssh_config=default_ssh_config())
+
+    def one(idx: int) -> list[CheckResult]:
+        name = "gb10" if r.nodes[idx].hardware == "gb10" else "auto"
+        return node_preflight(runners[idx], resolve_profile(runners[idx], name))
+
+    done = fan_out(((i, i) for i in runners), one)
+    warns = [c for res in done.results.values() for c in res if c.status in ("warn", "fail")]
+    for c in warns:
+        err_console.print(f"[yellow]warn[/] {c.host}: {c.name}: {c.summary}" + (f" (fix: {c.fix})" if c.fix else ""),
+                          highlight=False)
+    if strict and warns:
+        raise NodeError(f"{len(warns)} node check(s) warned and --strict is set",
+                        fix="Run `forklift node apply` on those nodes, or drop --strict.")
 
 
 def _print_report(report: PreflightReport) -> None:
@@ -27,7 +57,7 @@ def _print_report(report: PreflightReport) -> None:
 
 
 def up_cmd(recipe: RecipeArg = None, name: NameOpt = None, set_: SetOpt = None, json_out: JsonOpt = False,
-           preflight_only: PreflightOpt = False) -> None:
+           preflight_only: PreflightOpt = False, force: ForceOpt = False, strict: StrictOpt = False) -> None:
     """Start the recipe's deployment, detached; exit 0 once a streamed chat completion returns a token."""
     r = resolve_inventory(recipes.load(recipe, set_ or []))
     run_name = name or r.name or "default"
@@ -40,6 +70,7 @@ def up_cmd(recipe: RecipeArg = None, name: NameOpt = None, set_: SetOpt = None, 
             _print_report(pre.report)
         pre.report.raise_if_failed()
         return
+    _node_checks(r, strict)
     t0 = time.monotonic()
     steps = ["preflight", "prepare", *PHASE_NAMES]
     with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), TextColumn("{task.fields[detail]}"),
@@ -52,7 +83,7 @@ def up_cmd(recipe: RecipeArg = None, name: NameOpt = None, set_: SetOpt = None, 
             if phase != "ready":
                 progress.log(f"[dim]{time.monotonic() - t0:6.1f}s[/] {phase} {detail}")
 
-        result = up(r, name=run_name, on_event=on_event)
+        result = up(r, name=run_name, on_event=on_event, force=force)
         progress.update(task, completed=len(steps))
     rec = result.record
     if json_out:

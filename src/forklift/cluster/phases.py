@@ -8,7 +8,9 @@ from collections.abc import Iterable, Sequence
 # Order matters: a later phase means the earlier ones are done.
 PHASES: list[tuple[str, re.Pattern[str]]] = [
     ("starting", re.compile(r"non-default args|Initializing a V1 LLM engine|vLLM API server version")),
-    ("loading weights", re.compile(r"Starting to load model|Loading safetensors checkpoint|Loading weights")),
+    ("loading weights", re.compile(
+        r"Starting to load model|Loading model from scratch|Loading safetensors checkpoint|Loading weights|"
+        r"Model loading took")),
     ("compiling", re.compile(r"Warming up model|torch\.compile|Capturing CUDA graph|Compiling a graph|profiling")),
     ("sizing KV cache", re.compile(r"KV cache size:|Available KV cache memory|Maximum concurrency")),
     ("serving", re.compile(r"Starting vLLM server on|Application startup complete")),
@@ -49,27 +51,49 @@ def advance(current: str, lines: Iterable[str]) -> str:
     return PHASE_NAMES[idx]
 
 
+_EXC_LINE_RE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::\s|:?$)")
+_WRAPPER_RE = re.compile(
+    r"Engine core initialization failed|See root cause above|EngineDeadError|WorkerProc initialization failed|"
+    r"Worker failed|Process .* died|Engine process failed to start"
+)
+
+
+def _blocks(cleaned: Sequence[str]) -> list[tuple[int, int]]:
+    starts = [i for i, x in enumerate(cleaned) if "Traceback (most recent call last)" in x]
+    return [(s, starts[k + 1] if k + 1 < len(starts) else len(cleaned)) for k, s in enumerate(starts)]
+
+
+def _exception_line(block: Sequence[str]) -> str | None:
+    for line in reversed(block):
+        if _EXC_LINE_RE.search(line):
+            return line
+    return None
+
+
 def relevant_tail(lines: Sequence[str], n: int = 15) -> list[str]:
-    """The last lines that explain a failure: from the last traceback/error on, else the plain tail."""
+    """The lines that explain a failure: the root-cause traceback (not the API server's generic
+    "Engine core initialization failed" wrapper that follows it), else from the first error on."""
     cleaned = [clean(x) for x in lines if clean(x) and not _NOISE_RE.search(x)]
-    start = None
-    for i in range(len(cleaned) - 1, -1, -1):
-        if "Traceback" in cleaned[i]:
-            start = i
-            break
-    if start is None:
-        for i, line in enumerate(cleaned):
-            if _ERROR_RE.search(line):
-                start = i
+    blocks = _blocks(cleaned)
+    if blocks:
+        chosen = blocks[-1]
+        for b in blocks:
+            exc = _exception_line(cleaned[b[0]:b[1]])
+            if exc is not None and not _WRAPPER_RE.search(exc):
+                chosen = b
                 break
+        block = cleaned[chosen[0]:chosen[1]]
+        exc = _exception_line(block)
+        if exc is not None:
+            block = block[: block.index(exc) + 1]
+        tail = block[-n:]
+        final = _exception_line(cleaned[blocks[-1][0]:])
+        if final is not None and final not in tail:
+            tail.append(final)
+        return tail
+    start = next((i for i, line in enumerate(cleaned) if _ERROR_RE.search(line)), None)
     picked = cleaned[start:] if start is not None else cleaned
-    errors = [x for x in picked if _ERROR_RE.search(x)]
-    tail = picked[-n:]
-    # make sure the decisive error lines are present even when the traceback is long
-    for e in errors[-3:]:
-        if e not in tail:
-            tail = [e, *tail[1:]]
-    return tail
+    return picked[-n:]
 
 
 # The recipe key most likely to fix a failed start: (pattern over the log, key, advice).

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from forklift.cluster import procs, remote
+from forklift.cluster import hooks, procs, remote
 from forklift.cluster.fanout import fan_out
 from forklift.cluster.hosts import runners_for
 from forklift.cluster.inventory import resolve as resolve_inventory
@@ -267,13 +267,16 @@ def rank_log(record: RunRecord, rank: RankState, runners: Mapping[int, Runner], 
 
 
 def _fail(record: RunRecord, rank: RankState, message: str, runners: Mapping[int, Runner]) -> None:
-    tail = relevant_tail(rank_log(record, rank, runners))
+    lines = rank_log(record, rank, runners)
+    tail = relevant_tail(lines)
     hint = startup_hint(tail)
+    finding = hooks.diagnosis(lines, record.vllm_version)
     record.status = "failed"
     record.error = message
     record.save()
     stop_all(record, runners, grace_s=FAIL_GRACE_S)
-    fix = f"Most likely key: {hint[0]} ({hint[1]}). " if hint else ""
+    fix = f"doctor: {finding} " if finding else ""
+    fix += f"Most likely key: {hint[0]} ({hint[1]}). " if hint else ""
     fix += f"Full log: `forklift logs {record.name} --rank {rank.rank}`; diagnosis: `forklift doctor {record.name}`."
     raise EngineStartupError(message, rank=rank.rank, host=rank.host, log_tail=tail,
                              log_path=rank.log_path, fix=fix)
@@ -364,13 +367,17 @@ def wait_ready(record: RunRecord, runners: Mapping[int, Runner], *, timeout_s: f
 
 
 def up(recipe: Recipe, *, name: str = "default", on_event: EventFn = _noop,
-       runners: Mapping[int, Runner] | None = None) -> UpResult:
+       runners: Mapping[int, Runner] | None = None, force: bool = False) -> UpResult:
     """Start the deployment described by recipe and return once it streams a real token."""
     t0 = time.monotonic()
     recipe = resolve_inventory(recipe)
     ssh_config = default_ssh_config()
     runners = dict(runners) if runners is not None else runners_for(recipe, ssh_config=ssh_config)
     pre = preflight(recipe, name, on_event, runners)
+    on_event("preflight", "planning memory")
+    plan = hooks.plan_for(recipe, pre.version, force=force)
+    on_event("prepare", f"applying {len(recipe.patches)} patch(es)" if recipe.patches else "no patches")
+    patches = hooks.apply_patches(recipe, runners)
     run_id = secrets.token_hex(6)
     on_event("prepare", "creating run directories on every node")
     node_paths = prepare_nodes(recipe, name, run_id, runners)
@@ -386,6 +393,8 @@ def up(recipe: Recipe, *, name: str = "default", on_event: EventFn = _noop,
         api_key_env=recipe.serve.api_key_env,
         ssh_config=ssh_config,
         gpu_baseline_mib=pre.report.gpu_baseline_mib,
+        plan=plan,
+        patches=patches,
     )
     record.timings["preflight_s"] = round(time.monotonic() - t0, 2)
     record.save()

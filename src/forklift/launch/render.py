@@ -201,7 +201,7 @@ def _ray_processes(ctx: _Ctx, env: dict[str, str], model_path: Mapping[int, str]
         else:
             ray += ["--address", f"{head_ip}:{recipe.ray.port}"]
         role: Role = "ray-head" if idx == 0 else "ray-worker"
-        procs.append(ctx.wrap(idx, idx, role, ray, dict(env), {}, model_path[idx], headless=idx > 0))
+        procs.append(ctx.wrap(idx, idx, role, ray, {**env, **node.env}, {}, model_path[idx], headless=idx > 0))
     status = [ctx.python, *RAY_CLI, "status", "--address", f"{head_ip}:{recipe.ray.port}"]
     if procs[0].container:
         status = ["docker", "exec", procs[0].container, *status]
@@ -225,7 +225,7 @@ def render(recipe: Recipe, model_path: str | Path, *, run_id: str = "RUNID",
     for idx, node in enumerate(recipe.nodes):
         if ray_mode and idx > 0:
             continue  # Ray workers join the cluster; only the head runs `vllm serve`
-        node_env = dict(env)
+        node_env = {**env, **node.env}
         if nnodes > 1 and (node.data_ip or not node.is_local):
             node_env.setdefault("VLLM_HOST_IP", node_addr(node))
         if ray_mode:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 BUNDLED_PREFIX = "bundled:"
 
@@ -18,6 +18,16 @@ class Strict(BaseModel):
     """Base for every recipe section: unknown keys rejected, assignment validated."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _env_values_as_text(value: object) -> object:
+    """Environment values are text; accept YAML numbers (CUDA_VISIBLE_DEVICES: 0) as their text."""
+    if isinstance(value, dict):
+        return {k: str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for k, v in value.items()}
+    return value
+
+
+EnvMap = Annotated[dict[str, str], BeforeValidator(_env_values_as_text)]
 
 
 class ModelSection(Strict):
@@ -96,6 +106,11 @@ class Node(Strict):
     hardware: str = Field(default="cpu", description="Hardware profile name (see `forklift hw --list`).")
     data_ip: str | None = Field(default=None, description="Address other ranks reach this node on.")
     model_path: str | None = Field(default=None, description="Model location on this node if it differs.")
+    env: EnvMap = Field(
+        default_factory=dict,
+        description="Environment for this node's ranks only, over the recipe's env "
+        "(e.g. CUDA_VISIBLE_DEVICES when two 'nodes' share one host).",
+    )
 
     @property
     def is_local(self) -> bool:
@@ -234,7 +249,7 @@ class Recipe(Strict):
     network: Network = Field(default_factory=Network)
     ray: Ray = Field(default_factory=Ray)
     timeouts: Timeouts = Field(default_factory=Timeouts)
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every rank.")
+    env: EnvMap = Field(default_factory=dict, description="Extra environment for every rank.")
     patches: list[str] = Field(default_factory=list, description="Patch ids from `forklift patch list`.")
 
     @property
