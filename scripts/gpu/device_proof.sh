@@ -10,11 +10,11 @@
 # Usage: bash scripts/gpu/device_proof.sh RECIPE.yaml...
 #   env: TAG (default: time), PLAIN=1, PLAIN_MODEL (default ~/stage/models/llama8b-like),
 #        UP_TIMEOUT (s, default 300), BENCH_ARGS (default "--concurrency 1,4 --input-len 512 --output-len 256 --json"),
-#        CHECK_ARGS (default "--quick --json")
+#        CHECK_ARGS (default "--quick --json"), NOCHECK=1 / NOBENCH=1 to skip those steps
 # Keep each call under the tool's 600 s: a cold start is ~1.5-4 min (llama8b-bf16: ready in 106 s), so 2-3
 # recipes per call. The first proof call may carry the last staging chunk: device_stage.sh runs first.
 OUT=${OUT:-/tmp/out}; TAG=${TAG:-$(date +%H%M%S)}; W=$(mktemp -d); mkdir -p "$OUT"
-UPT=${UP_TIMEOUT:-300}; BENCH_ARGS=${BENCH_ARGS:---concurrency 1,4 --input-len 512 --output-len 256 --json}; CHECK_ARGS=${CHECK_ARGS:---quick --json}
+UPT=${UP_TIMEOUT:-300}; BENCH_ARGS=${BENCH_ARGS:---concurrency 1,4,16 --requests 16 --input-len 512 --output-len 256 --json}; CHECK_ARGS=${CHECK_ARGS:---quick --json}
 exec > >(tee "$W/summary.txt") 2>&1
 bash scripts/gpu/device_stage.sh >/dev/null || { echo "not staged: run device_stage.sh first"; exit 10; }
 . "$HOME/stage/env.sh"
@@ -36,8 +36,8 @@ for R in "$@"; do
   echo "up rc=$uprc after $((SECONDS-t0)) s: $(python3 -c "import json,sys;d=json.load(open(sys.argv[1]));print('ready_s',d['ready_s'],'token',repr(d['first_token']))" "$d/up.json" 2>/dev/null || tail -3 "$d/up.stderr")"
   if [ $uprc -eq 0 ]; then
     ep=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['endpoint'])" "$d/up.json")
-    if has check; then timeout 240 python3 -m forklift.cli.main check "$n" $CHECK_ARGS > "$d/check.json" 2> "$d/check.stderr"; echo "check rc=$?"; fi
-    if has bench; then timeout 300 python3 -m forklift.cli.main bench "$n" $BENCH_ARGS --out "$d/bench" > "$d/bench.json" 2> "$d/bench.stderr"; echo "bench rc=$?"; fi
+    if has check && [ -z "${NOCHECK:-}" ]; then timeout 240 python3 -m forklift.cli.main check "$n" $CHECK_ARGS > "$d/check.json" 2> "$d/check.stderr"; echo "check rc=$?"; fi
+    if has bench && [ -z "${NOBENCH:-}" ]; then timeout 300 python3 -m forklift.cli.main bench "$n" $BENCH_ARGS --out "$d/bench" > "$d/bench.json" 2> "$d/bench.stderr"; echo "bench rc=$?"; fi
     timeout 120 python3 scripts/gpu/decode_probe.py "$ep" m > "$d/decode.json" 2> "$d/decode.stderr"; echo "decode: $(cat "$d/decode.json")"
   fi
   python3 -m forklift.cli.main status "$n" --json > "$d/status.json" 2>&1
