@@ -21,18 +21,18 @@ app = typer.Typer(
 
 # Each module defines register(app). Order is the order of `forklift --help`.
 COMMAND_MODULES = [
-    "recipe",
-    "model",
-    "render",
     "plan",
     "hw",
+    "render",
     "up",
     "status",
     "chat",
     "check",
-    "node",
     "bench",
     "doctor",
+    "recipe",
+    "model",
+    "node",
     "patch",
 ]
 

@@ -37,13 +37,19 @@ def list_cmd(json_out: JsonOpt = False) -> None:
         r = recipes.load(name)
         rows.append({"name": name, "model": r.model.source, "nodes": len(r.nodes),
                      "tp": r.parallel.tp, "pp": r.parallel.pp, "description": r.description or ""})
+    short = {row["name"]: _first_sentence(str(row["description"])) for row in rows}
     if json_out:
         print_json(rows)
         return
     table = Table("name", "model", "nodes", "tp", "pp", "description")
     for row in rows:
-        table.add_row(*(str(row[k]) for k in ("name", "model", "nodes", "tp", "pp", "description")))
+        table.add_row(*(str(row[k]) for k in ("name", "model", "nodes", "tp", "pp")), short[str(row["name"])])
     console.print(table)
+
+
+def _first_sentence(text: str, limit: int = 80) -> str:
+    first = text.split(". ")[0]
+    return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
 def register(app: typer.Typer) -> None:
