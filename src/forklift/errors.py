@@ -126,6 +126,14 @@ class HostUnreachableError(RunnerError):
         super().__init__(message, fix=fix)
 
 
+class PreflightError(ForkliftError):
+    """One or more nodes failed preflight; nothing was started. ``failures`` holds the failed checks."""
+
+    def __init__(self, message: str, *, failures: Sequence[object] = (), fix: str | None = None) -> None:
+        self.failures = list(failures)
+        super().__init__(message, fix=fix)
+
+
 class RunError(ForkliftError):
     """A run record problem: missing, already running, stale."""
 
@@ -169,5 +177,38 @@ class PatchDriftError(PatchError):
     """A patch's anchor no longer matches its target file."""
 
 
+class PatchConflictError(PatchDriftError):
+    """An anchor no longer matches (drift), the target vanished, or a patched file was changed."""
+
+    def __init__(self, message: str, *, patch_id: str, kind: str, file: str | None,
+                 problems: Sequence[str] = (), fix: str | None = None) -> None:
+        self.patch_id = patch_id
+        self.kind = kind
+        self.file = file
+        self.problems = list(problems)
+        super().__init__(message, fix=fix)
+
+
+class PatchVersionError(PatchError):
+    """The installed vLLM is outside the patch's version range (or its version is unknown)."""
+
+
+class PatchReadOnlyError(PatchError):
+    """The target files cannot (or must not) be written."""
+
+
+class PatchVerifyError(PatchError):
+    """After applying, the patched behaviour is not there."""
+
+
 class NodeError(ForkliftError):
     """Host preparation failed or was refused."""
+
+
+class SudoRequiredError(NodeError):
+    """The login user is not root and ``sudo -n`` does not work: here are the commands to run by hand."""
+
+    def __init__(self, message: str, *, host: str, commands: Sequence[str], fix: str | None = None) -> None:
+        self.host = host
+        self.commands = list(commands)
+        super().__init__(message, fix=fix)

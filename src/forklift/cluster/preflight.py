@@ -16,7 +16,7 @@ from forklift.cluster.engine import PROBE, vllm_version
 from forklift.cluster.fanout import fan_out
 from forklift.cluster.modelfiles import HASHED, Listing, needed_files, remote_listing
 from forklift.cluster.runner import Runner
-from forklift.errors import EngineNotInstalledError, ForkliftError, RunnerError
+from forklift.errors import EngineNotInstalledError, ForkliftError, PreflightError, RunnerError
 from forklift.launch.render import python_for
 from forklift.recipe.schema import DockerRuntime, Recipe
 
@@ -50,18 +50,10 @@ class PreflightReport:
 
     def raise_if_failed(self) -> None:
         if self.failures:
-            raise PreflightError(self.failures)
-
-
-class PreflightError(ForkliftError):
-    """One or more nodes failed preflight; nothing was started."""
-
-    def __init__(self, failures: Sequence[NodeCheck]) -> None:
-        self.failures = list(failures)
-        lines = [f"{c.node}: {c.name}: {c.detail}" for c in self.failures]
-        fixes = [f"{c.node}: {c.fix}" for c in self.failures if c.fix]
-        super().__init__("preflight failed, nothing was started:\n  " + "\n  ".join(lines),
-                         fix=" ".join(fixes) or None)
+            lines = [f"{c.node}: {c.name}: {c.detail}" for c in self.failures]
+            fixes = [f"{c.node}: {c.fix}" for c in self.failures if c.fix]
+            raise PreflightError("preflight failed, nothing was started:\n  " + "\n  ".join(lines),
+                                 failures=self.failures, fix=" ".join(fixes) or None)
 
 
 @dataclass(frozen=True)

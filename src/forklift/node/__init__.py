@@ -4,6 +4,7 @@
 Runner and records what was there; ``revert`` restores it exactly; ``preflight`` is what ``up`` runs.
 """
 
+from forklift.errors import SudoRequiredError
 from forklift.node.api import (
     GuardLaunch,
     apply,
@@ -15,7 +16,7 @@ from forklift.node.api import (
     run_guard_foreground,
     start_guard,
 )
-from forklift.node.apply import ApplyPlan, ApplyResult, NodeState, Step, SudoRequiredError
+from forklift.node.apply import ApplyPlan, ApplyResult, NodeState, Step
 from forklift.node.checks import CheckResult, worst
 from forklift.node.profile import NodeProfile, bundled_names, load_profile
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from forklift import paths
 from forklift.cluster.runner import Runner
-from forklift.errors import NodeError
+from forklift.errors import NodeError, SudoRequiredError
 from forklift.node import facts as F
 from forklift.node.facts import FileFact, NodeFacts, under
 from forklift.node.profile import GIB, MIN_FREE_MAX_FRACTION, NodeProfile
@@ -132,15 +132,6 @@ class ApplyPlan:
                 "sudo": self.sudo, "steps": [{"summary": s.summary, "command": s.shell(self.sudo), "live": s.live}
                                              for s in self.steps],
                 "skipped_live": [s.summary for s in self.skipped_live], "notes": list(self.notes)}
-
-
-class SudoRequiredError(NodeError):
-    """The login user is not root and ``sudo -n`` does not work: here are the commands to run by hand."""
-
-    def __init__(self, message: str, *, host: str, commands: Sequence[str], fix: str | None = None) -> None:
-        self.host = host
-        self.commands = list(commands)
-        super().__init__(message, fix=fix)
 
 
 @dataclass

@@ -7,14 +7,11 @@ fetches published releases for compatibility checks; ``entrypoint`` renders the 
 
 from __future__ import annotations
 
+from forklift.errors import PatchConflictError, PatchReadOnlyError, PatchVerifyError, PatchVersionError
 from forklift.patches.engine import (
     AppliedPatch,
     CompatReport,
-    PatchConflictError,
     PatchedFile,
-    PatchReadOnlyError,
-    PatchVerifyError,
-    PatchVersionError,
     RevertResult,
     VerifyResult,
     apply,

@@ -21,40 +21,19 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from forklift.errors import EngineNotInstalledError, PatchDriftError, PatchError
+from forklift.errors import (
+    EngineNotInstalledError,
+    PatchConflictError,
+    PatchError,
+    PatchReadOnlyError,
+    PatchVerifyError,
+    PatchVersionError,
+)
 from forklift.patches import core, releases
 from forklift.patches.spec import Patch
 
 if TYPE_CHECKING:  # the Runner protocol only; patches sit below cluster in the import stack
     from forklift.cluster.runner import Runner
-
-# ---------------------------------------------------------------------------------------------------
-# Errors (all under PatchError, with the patch id and the file)
-
-
-class PatchConflictError(PatchDriftError):
-    """An anchor no longer matches (drift), the target vanished, or a patched file was changed."""
-
-    def __init__(self, message: str, *, patch_id: str, kind: str, file: str | None,
-                 problems: Sequence[str] = (), fix: str | None = None) -> None:
-        self.patch_id = patch_id
-        self.kind = kind
-        self.file = file
-        self.problems = list(problems)
-        super().__init__(message, fix=fix)
-
-
-class PatchVersionError(PatchError):
-    """The installed vLLM is outside the patch's version range (or its version is unknown)."""
-
-
-class PatchReadOnlyError(PatchError):
-    """The target files cannot (or must not) be written."""
-
-
-class PatchVerifyError(PatchError):
-    """After applying, the patched behaviour is not there."""
-
 
 def _translate(exc: core.CoreError) -> PatchError:
     if exc.kind in ("drift", "vanished", "modified"):

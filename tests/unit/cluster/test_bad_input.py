@@ -15,11 +15,10 @@ import pytest
 
 from forklift import recipe as recipes
 from forklift.cluster import record as records
-from forklift.cluster.preflight import PreflightError
 from forklift.cluster.runner import Runner
 from forklift.cluster.ssh import SshRunner
 from forklift.cluster.up import up
-from forklift.errors import EngineStartupError
+from forklift.errors import EngineStartupError, PreflightError
 from forklift.recipe.schema import Recipe
 from tests.unit.cluster.fakes import HostSim, fake_ssh, fake_vllm, pid_alive, tiny_model
 
