@@ -158,11 +158,17 @@ class PortInUseError(ForkliftError):
 
 
 class CheckError(ForkliftError):
-    """An acceptance check could not run at all (unreachable endpoint, bad arguments)."""
+    """An acceptance check could not run at all (unreachable endpoint, bad arguments).
+
+    Exits 2, apart from 1 for "checks ran and one failed"."""
+
+    exit_code = 2
 
 
 class BenchError(ForkliftError):
-    """A benchmark could not run at all."""
+    """A benchmark could not run at all (exit 2; a run cut short by a dying server exits 3)."""
+
+    exit_code = 2
 
 
 class DoctorError(ForkliftError):

@@ -36,8 +36,8 @@ def _by_id(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _clean_error(res: Any, *needles: str) -> None:
-    """A bad-input run: non-zero exit, 'CheckError: ...' plus a fix line, no traceback."""
-    assert res.returncode != 0
+    """A bad-input run: exit 2 (could not check), 'CheckError: ...' plus a fix line, no traceback."""
+    assert res.returncode == 2
     assert "Traceback" not in res.stderr and "Traceback" not in res.stdout
     assert "CheckError: " in res.stderr, res.stderr
     assert "fix: " in res.stderr, res.stderr
