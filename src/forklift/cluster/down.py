@@ -43,9 +43,17 @@ def _leftover_containers(record: RunRecord, runners: Mapping[int, Runner]) -> li
     return found
 
 
-def _wait_port_free(runner: Runner, port: int, timeout_s: float = 15) -> bool:
+def _wait_port_free(recipe: Recipe, head: Runner, timeout_s: float = 15) -> bool:
+    """Wait until the head's serving port is free: bind-probe locally, /proc/net/tcp remotely."""
+    port = recipe.serve.port
+    if recipe.head.is_local:
+        def free() -> bool:
+            return procs.port_free_local(recipe.serve.host, port)
+    else:
+        def free() -> bool:
+            return port not in listening_ports(head)
     deadline = time.monotonic() + timeout_s
-    while port in listening_ports(runner):
+    while not free():
         if time.monotonic() > deadline:
             return False
         time.sleep(0.3)
@@ -83,16 +91,15 @@ def down(record: RunRecord, *, grace_s: float | None = None,
     runners = runners or record_runners(record)
     alive = _alive(record, runners)
     leftovers = stop_all(record, runners, grace_s=grace)
-    leftovers += [f"{r.role} {r.rank} on {r.host} (pgid {r.pgid})" for r in record.ranks
-                  if r.rank in _alive(record, runners, roles=(r.role,))]
+    still = {role: set(_alive(record, runners, roles=(role,))) for role in {r.role for r in record.ranks}}
+    leftovers += [f"{r.role} {r.rank} on {r.host} (pgid {r.pgid})" for r in record.ranks if r.rank in still[r.role]]
     leftovers += _leftover_containers(record, runners)
     if leftovers:
         raise ForkliftError(
             f"{record.name}: processes survived SIGKILL: {', '.join(sorted(set(leftovers)))}",
             fix="Inspect them with `ps -s PGID` on that host; forklift never kills by name.",
         )
-    head_runner = runners[0]
-    port_free = _wait_local_port(recipe) if recipe.head.is_local else _wait_port_free(head_runner, recipe.serve.port)
+    port_free = _wait_port_free(recipe, runners[0])
     if not port_free:
         raise RunError(
             f"{record.name}: stopped, but port {recipe.serve.port} on {recipe.head.host} is still held",
@@ -103,15 +110,6 @@ def down(record: RunRecord, *, grace_s: float | None = None,
     hosts = sorted({r.host for r in record.ranks})
     return DownResult(record.name, bool(alive), sorted(set(alive)), port_free, round(time.monotonic() - t0, 2),
                       hosts, accel)
-
-
-def _wait_local_port(recipe: Recipe) -> bool:
-    deadline = time.monotonic() + 15
-    while not procs.port_free_local(recipe.serve.host, recipe.serve.port):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.3)
-    return True
 
 
 def _alive(record: RunRecord, runners: Mapping[int, Runner], roles: tuple[str, ...] = ("engine",)) -> list[int]:

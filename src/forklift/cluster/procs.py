@@ -75,14 +75,6 @@ def port_free_local(host: str, port: int) -> bool:
     return True
 
 
-def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 def port_holder_local(port: int) -> str | None:
     """'pid 123 (python3 -m http.server)' for the local process listening on port, where visible."""
     try:
