@@ -12,10 +12,11 @@ PYTEST_ARGS ?=
 
 install: $(VENV)/.installed system-packages
 
-# The cluster tests run real sshd in network namespaces and sync models with rsync (root only).
+# The cluster tests run real sshd (and a Docker daemon) in network namespaces and sync models with rsync (root only).
 system-packages:
-	@if [ "$$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null || ! command -v ip >/dev/null; }; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server rsync iproute2 >/dev/null; \
+	@if [ "$$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/sbin/dockerd ] || ! command -v rsync >/dev/null || ! command -v ip >/dev/null; }; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			openssh-server rsync iproute2 docker.io >/dev/null; \
 	fi
 
 # Test inputs fetched once and cached: two published vLLM releases' sources for the patch tests (~50 MB).

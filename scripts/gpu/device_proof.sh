@@ -41,10 +41,11 @@ for R in "$@"; do
     timeout 120 python3 scripts/gpu/decode_probe.py "$ep" m > "$d/decode.json" 2> "$d/decode.stderr"; echo "decode: $(cat "$d/decode.json")"
   fi
   python3 -m forklift.cli.main status "$n" --json > "$d/status.json" 2>&1
-  for log in "$FORKLIFT_HOME/runs/$n"/rank*.log; do [ -f "$log" ] && cp "$log" "$d/"; done
+  for log in "$FORKLIFT_HOME/runs/$n"/*.log; do [ -f "$log" ] && cp "$log" "$d/"; done
   [ -f "$d/rank0.log" ] && grep -a -E "$SIZING" "$d/rank0.log" | cut -c1-240 | head -12
   timeout 120 python3 -m forklift.cli.main down "$n" --json > "$d/down.json" 2> "$d/down.stderr"; echo "down rc=$?"
   echo "gpu after down: $(gpu_mem) MiB; +5 s: $(sleep 5; gpu_mem) MiB"
+  echo "ray/vllm processes left: $(ps -eo pid,args | grep -E 'raylet|gcs_server|ray::|default_worker|vllm_main' | grep -v grep | wc -l)"
   wait_gpu_free 60 || echo "WARNING: GPU memory not released after 60 s"
   echo "=== $n done in $((SECONDS-t0)) s"
 done

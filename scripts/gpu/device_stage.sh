@@ -40,6 +40,9 @@ EOF
 
 if [ ! -f "$SITE/.wheels-done" ]; then
   t=$SECONDS
+  for first in "$S"/wheels/*.whl.part.000; do  # wheels carried in parts (prepare.sh splits those over PART)
+    [ -f "$first" ] && cat "${first%.000}".* > "${first%.part.000}"
+  done
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$S"/wheels/*.whl \
     2>&1 | grep -v -E "^WARNING: Target directory .* already exists" || true
   python3 -c "import zstandard, pydantic, fastapi" || exit 3

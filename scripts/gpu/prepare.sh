@@ -56,7 +56,8 @@ print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependenc
 PY
 )
 if [ ! -f .whl/deps/.resolved ] || [ -n "${FORCE_DEPS:-}" ]; then
-  IFS=$'\n' read -r -d '' -a ALL < <(printf '%s\n%s\nzstandard\n' "$REQS" "$FK_REQS"; printf '\0') || true
+  # ray: for the Ray-backend proof (`parallel.backend: ray`); vLLM's CUDA wheel does not require it
+  IFS=$'\n' read -r -d '' -a ALL < <(printf '%s\n%s\nzstandard\n%s\n' "$REQS" "$FK_REQS" "${EXTRA_REQS:-ray==2.60.0}"; printf '\0') || true
   "$PY" scripts/gpu/resolve_deps.py .whl/deps "${ALL[@]}" 2> >(grep -v "is ignored: it is neither" >&2)
   touch .whl/deps/.resolved
 fi
@@ -69,6 +70,11 @@ fi
 rm -rf .dev/c[0-9]* .dev/items && mkdir -p .dev/items/wheels .dev/items/models/_tokenizer
 (cd .dev/items && split -b "$PART" -d -a 3 "$ROOT/$TAR" vllm.part.)
 cp .whl/deps/*.whl .dev/items/wheels/
+# a wheel bigger than a part (ray: 79 MB) travels in parts; device_stage.sh joins them before pip
+for w in .dev/items/wheels/*.whl; do
+  [ "$(stat -c %s "$w")" -gt "$PART" ] || continue
+  split -b "$PART" -d -a 3 "$w" "$w.part." && rm -f "$w"
+done
 for f in tokenizer.json tokenizer_config.json chat_template.jinja generation_config.json special_tokens_map.json; do
   [ -f "$TOKENIZER/$f" ] && cp "$TOKENIZER/$f" .dev/items/models/_tokenizer/
 done

@@ -24,10 +24,10 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[netns.NetCluster]:
         yield cluster
     finally:
         netns.stop(cluster)
-        _remove_node_run_dirs(tmp / "home" / "runs")
+        remove_node_run_dirs(tmp / "home" / "runs")
 
 
-def _remove_node_run_dirs(runs: Path) -> None:
+def remove_node_run_dirs(runs: Path) -> None:
     """The ranks' run directories on the nodes (same filesystem here): only the ones our records name."""
     for record in runs.glob("*/record.json"):
         for rank in json.loads(record.read_text()).get("ranks", []):

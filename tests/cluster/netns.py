@@ -97,7 +97,8 @@ def _keygen(path: Path) -> str:
     return path.with_suffix(".pub").read_text().strip() if path.suffix else Path(f"{path}.pub").read_text().strip()
 
 
-def start(tmp: Path, tag: str) -> NetCluster:
+def start(tmp: Path, tag: str, sshd_env: dict[int, dict[str, str]] | None = None) -> NetCluster:
+    """sshd_env: per node index, variables sshd sets in every session there (sshd_config SetEnv)."""
     cluster = NetCluster(tmp)
     tmp.mkdir(parents=True, exist_ok=True)
     client_pub = _keygen(tmp / "client_key")
@@ -124,7 +125,8 @@ def start(tmp: Path, tag: str) -> NetCluster:
                 f"ListenAddress {ip}", "Port 22", f"HostKey {tmp / 'host_key'}",
                 f"AuthorizedKeysFile {tmp / 'authorized_keys'}", "PermitRootLogin prohibit-password",
                 "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
-                f"PidFile {tmp / f'sshd_{i}.pid'}", "MaxStartups 200", "MaxSessions 200", "LogLevel ERROR", "",
+                f"PidFile {tmp / f'sshd_{i}.pid'}", "MaxStartups 200", "MaxSessions 200", "LogLevel ERROR",
+                *[f"SetEnv {k}={v}" for k, v in (sshd_env or {}).get(i, {}).items()], "",
             ]))
             log = open(tmp / f"sshd_{i}.log", "wb")  # noqa: SIM115 - lives as long as sshd
             proc = subprocess.Popen(["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(cfg)],

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from forklift.errors import RecipeError
+from forklift.hardware.profiles import get as hardware_profile
 from forklift.launch.docker import LAUNCHER_IN_CONTAINER, container_name, docker_argv
 from forklift.launch.model import Launch, NodePaths, RankLaunch, Role
 from forklift.recipe.schema import DockerRuntime, Node, Recipe, Serve
@@ -162,6 +163,15 @@ def _check_layout(recipe: Recipe) -> None:
             f"{nnodes} nodes but tp*pp*dp = {par.tp * par.pp * par.dp}: some nodes would get no rank",
             fix="Set parallel.pp (or tp) so that tp*pp*dp covers every node, or list fewer nodes.",
         )
+    if nnodes > 1 and par.backend == "ray":
+        cpu = [n.host for n in recipe.nodes if hardware_profile(n.hardware).kind == "cpu"]
+        if cpu:
+            raise RecipeError(
+                f"parallel.backend: ray on CPU node(s) {', '.join(cpu)}: vLLM's CPU platform has no Ray executor "
+                "(its ray_device_key is empty; `vllm serve` would stop with 'current platform cpu does not support "
+                "ray' after the Ray cluster formed)",
+                fix="Use parallel.backend: native (the default) for CPU nodes; the Ray backend needs GPU nodes.",
+            )
     hosts = [n.host for n in recipe.nodes]
     dupes = sorted({h for h in hosts if hosts.count(h) > 1})
     if nnodes > 1 and dupes:

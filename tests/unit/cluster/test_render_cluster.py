@@ -8,6 +8,7 @@ import pytest
 
 from forklift import recipe as recipes
 from forklift.cluster.up import ray_node_count
+from forklift.errors import RecipeError
 from forklift.launch.k8s import leader_worker_set
 from forklift.launch.model import NodePaths
 from forklift.launch.render import LAUNCHER_MODULE, render
@@ -62,8 +63,8 @@ def test_docker_wraps_the_same_vllm_argv() -> None:
 
 
 def test_ray_mode_starts_ray_then_one_engine_with_typed_timeouts() -> None:
-    launch = render(_two("parallel.backend=ray", "ray.port=6390", "ray.health_check_failure_threshold=700"),
-                    "/m", run_id="abc", node_paths=PATHS)
+    launch = render(_two("parallel.backend=ray", "ray.port=6390", "ray.health_check_failure_threshold=700",
+                         "nodes.0.hardware=gb10", "nodes.1.hardware=gb10"), "/m", run_id="abc", node_paths=PATHS)
     head_ray, worker_ray = launch.ray
     assert head_ray.role == "ray-head" and "--head" in head_ray.argv and "--block" in head_ray.argv
     assert head_ray.argv[head_ray.argv.index("--port") + 1] == "6390"
@@ -76,6 +77,12 @@ def test_ray_mode_starts_ray_then_one_engine_with_typed_timeouts() -> None:
     engine = launch.head.argv
     assert engine[engine.index("--distributed-executor-backend") + 1] == "ray" and "--nnodes" not in engine
     assert launch.ray_status_argv is not None and "status" in launch.ray_status_argv
+
+
+def test_ray_mode_on_cpu_nodes_is_refused_before_anything_starts() -> None:
+    with pytest.raises(RecipeError) as err:
+        render(_two("parallel.backend=ray", "nodes.0.hardware=gb10"), "/m", run_id="abc", node_paths=PATHS)
+    assert "CPU node(s) b" in str(err.value) and "backend: native" in (err.value.fix or "")
 
 
 def test_ray_status_node_count() -> None:
