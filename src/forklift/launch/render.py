@@ -45,6 +45,8 @@ def serve_flags(serve: Serve) -> list[str]:
     if serve.enforce_eager:
         flags.append("--enforce-eager")
     add("--block-size", serve.block_size)
+    if serve.disable_custom_all_reduce:
+        flags.append("--disable-custom-all-reduce")
     add("--reasoning-parser", serve.reasoning_parser)
     add("--tool-call-parser", serve.tool_call_parser)
     if serve.enable_auto_tool_choice:

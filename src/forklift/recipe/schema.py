@@ -171,6 +171,9 @@ class Serve(Strict):
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     enforce_eager: bool = False
     block_size: int | None = Field(default=None, ge=1)
+    disable_custom_all_reduce: bool = Field(
+        default=False, description="NCCL all-reduce instead of vLLM's custom kernel (tensor parallel on GPUs)."
+    )
     cpu_kv_cache_gib: float | None = Field(
         default=None, gt=0, description="vLLM-CPU's KV pool in GiB (VLLM_CPU_KVCACHE_SPACE)."
     )
