@@ -50,6 +50,8 @@ def render(p: planner.Plan) -> None:
                       f"{r.activation_gib:.2f}", cg, f"{r.non_torch_gib:.2f}", f"{r.kv_pool_gib:.2f}",
                       f"{r.kv_bytes_per_token:,}")
     console.print(table)
+    if p.model_files is not None:
+        render_files(p.model_files)
     verdict = "[green]fits[/]" if p.fits else "[red]does not fit[/]"
     console.print(f"{verdict}: {p.kv_tokens:,} KV tokens, max_model_len {p.max_model_len:,} "
                   f"(largest that fits {p.largest_max_model_len:,}), max concurrency {p.max_concurrency:.2f}x")
@@ -61,6 +63,16 @@ def render(p: planner.Plan) -> None:
                       markup=True, highlight=False)
     for n in p.notes:
         console.print(f"[dim]note[/]: {n}", highlight=False)
+
+
+def render_files(mf: planner.ModelFiles) -> None:
+    table = Table("node", "host", "layers", "shards", "files", "bytes", "GiB",
+                  title=f"model files per node ({mf.shards_total} safetensors, {mf.total_bytes:,} bytes in all)",
+                  caption=mf.dir)
+    for n in mf.nodes:
+        table.add_row(str(n.node), n.host, n.layers, str(n.shards), str(n.files), f"{n.bytes:,}",
+                      f"{n.bytes / 1024**3:.2f}")
+    console.print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,52 +1,21 @@
 """Which model files each node needs, and what a node actually has (sizes, config/index hashes).
 
-With pipeline parallelism a node needs only the safetensors shards that hold its layers, plus every
-shard with a tensor outside the layers (embeddings, final norm, lm_head) and every non-weight file.
-vLLM globs the shards present and skips the ones listed in the index that are not, so a node with
-only its shards loads correctly.
+The selection itself (shards holding a node's layers plus shared files) is pure and lives in
+``forklift.model.files``, where the planner uses it too; this module adds the recipe's node layout
+and the listing of a remote host through a Runner.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from forklift.cluster.runner import Runner
-from forklift.errors import ModelError
 from forklift.launch.layers import node_layer_ranges
+from forklift.model.files import HASHED, INDEX, Listing, files_per_node, local_listing, num_layers, weight_map
 from forklift.recipe.schema import Recipe
 
-INDEX = "model.safetensors.index.json"
-HASHED = ("config.json", INDEX)
-"""Files whose content must be identical on every node (checked by sha256)."""
-_LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
-
-
-@dataclass
-class Listing:
-    """Top-level files of a model directory on one host."""
-
-    path: str
-    sizes: dict[str, int] = field(default_factory=dict)
-    hashes: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(self.sizes.values())
-
-
-def local_listing(model_dir: Path) -> Listing:
-    out = Listing(str(model_dir))
-    for p in sorted(model_dir.iterdir()):
-        if p.is_file():
-            out.sizes[p.name] = p.stat().st_size
-            if p.name in HASHED:
-                out.hashes[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
+__all__ = ["HASHED", "INDEX", "Listing", "local_listing", "needed_files", "num_layers", "remote_listing"]
 
 
 def remote_listing(runner: Runner, path: str, *, timeout: float = 60) -> Listing | None:
@@ -68,36 +37,15 @@ def remote_listing(runner: Runner, path: str, *, timeout: float = 60) -> Listing
     return out
 
 
-def num_layers(config: dict[str, Any]) -> int:
-    for cfg in (config, config.get("text_config") or {}):
-        for key in ("num_hidden_layers", "n_layer", "num_layers"):
-            if isinstance(cfg.get(key), int):
-                return int(cfg[key])
-    raise ModelError("config.json has no num_hidden_layers", fix="Use a standard Hugging Face config.json.")
-
-
 def needed_files(model_dir: Path, recipe: Recipe, listing: Listing | None = None) -> dict[int, list[str]]:
     """For each node index, the file names it needs (all of them without PP or without an index)."""
     listing = listing or local_listing(model_dir)
-    everything = sorted(listing.sizes)
     nnodes = len(recipe.nodes)
-    index_path = model_dir / INDEX
     par = recipe.parallel
-    if par.pp == 1 or nnodes == 1 or not index_path.is_file():
-        return {i: everything for i in range(nnodes)}
-    weight_map: dict[str, str] = json.loads(index_path.read_text()).get("weight_map", {})
+    wmap = weight_map(model_dir) if par.pp > 1 and nnodes > 1 else None
+    if wmap is None:
+        return {i: sorted(listing.sizes) for i in range(nnodes)}
     config = json.loads((model_dir / "config.json").read_text())
     ranges = node_layer_ranges(num_layers(config), nnodes=nnodes, tp=par.tp, pp=par.pp,
                                partition=par.pp_layer_partition)
-    shards = set(weight_map.values())
-    shared_files = [f for f in everything if f not in shards]
-    shared_shards = {f for t, f in weight_map.items() if not _LAYER_RE.search(t)}
-    out: dict[int, list[str]] = {}
-    for i, node_ranges in enumerate(ranges):
-        mine = set(shared_shards)
-        for tensor, shard in weight_map.items():
-            m = _LAYER_RE.search(tensor)
-            if m and any(lo <= int(m.group(1)) < hi for lo, hi in node_ranges):
-                mine.add(shard)
-        out[i] = sorted({*shared_files, *(s for s in mine if s in listing.sizes)})
-    return out
+    return files_per_node(listing.sizes, wmap, ranges)

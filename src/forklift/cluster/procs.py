@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import socket
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-import psutil
-
-from forklift.cluster.runner import Runner
+from forklift.cluster.runner import LocalRunner, Runner
+from forklift.errors import RunnerError
 
 
 def pgid_alive(runner: Runner, pgid: int) -> bool:
@@ -75,18 +76,78 @@ def port_free_local(host: str, port: int) -> bool:
     return True
 
 
+# Runs on the host with the port as its only argument (argv, never interpolated): the inodes of the sockets
+# listening on that port (/proc/net/tcp{,6}), then the first pid (lowest) with an fd linked to one of them.
+_HOLDER_PROGRAM = """
+import os, sys
+port = int(sys.argv[1])
+wanted = set()
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+        with open(table) as fh:
+            rows = fh.read().splitlines()[1:]
+    except OSError:
+        continue
+    for row in rows:
+        f = row.split()
+        if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port and f[9] != "0":
+            wanted.add("socket:[" + f[9] + "]")
+if not wanted:
+    sys.exit(1)
+for pid in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):
+    try:
+        fds = os.listdir("/proc/" + pid + "/fd")
+    except OSError:
+        continue
+    for fd in fds:
+        try:
+            link = os.readlink("/proc/" + pid + "/fd/" + fd)
+        except OSError:
+            continue
+        if link in wanted:
+            try:
+                with open("/proc/" + pid + "/cmdline", "rb") as fh:
+                    cmd = fh.read().replace(b"\\0", b" ").decode("utf-8", "replace").strip()
+                if not cmd:
+                    with open("/proc/" + pid + "/comm") as fh:
+                        cmd = "[" + fh.read().strip() + "]"
+            except OSError:
+                cmd = "?"
+            print(pid + "\\t" + cmd)
+            sys.exit(0)
+sys.exit(1)
+"""
+_CMDLINE_CHARS = 120
+
+
+@dataclass(frozen=True)
+class PortHolder:
+    """The process listening on a port."""
+
+    pid: int
+    cmdline: str
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} ({self.cmdline[:_CMDLINE_CHARS] or '?'})"
+
+
+def port_holder(runner: Runner, port: int, *, python: str = "python3", timeout: float = 30) -> PortHolder | None:
+    """The process listening on TCP port on the runner's host (its network namespace), where visible.
+
+    Best effort: None when nothing listens there, when the holder belongs to a user whose /proc fds we
+    cannot read, or when the host has no python3.
+    """
+    try:
+        res = runner.run([python, "-c", _HOLDER_PROGRAM, str(int(port))], timeout=timeout)
+    except RunnerError:
+        return None
+    pid, sep, cmd = res.stdout.strip().partition("\t")
+    if res.returncode != 0 or not sep or not pid.isdigit():
+        return None
+    return PortHolder(int(pid), cmd.replace("\n", " "))
+
+
 def port_holder_local(port: int) -> str | None:
     """'pid 123 (python3 -m http.server)' for the local process listening on port, where visible."""
-    try:
-        conns = psutil.net_connections(kind="inet")
-    except (psutil.AccessDenied, PermissionError):
-        return None
-    for c in conns:
-        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid:
-            try:
-                proc = psutil.Process(c.pid)
-                cmd = " ".join(proc.cmdline())[:120] or proc.name()
-            except psutil.Error:
-                cmd = "?"
-            return f"pid {c.pid} ({cmd})"
-    return None
+    holder = port_holder(LocalRunner(), port, python=sys.executable)
+    return str(holder) if holder else None

@@ -6,7 +6,7 @@
 from forklift.plan.calibrate import Calibration, LogFacts, parse_log
 from forklift.plan.make import calibrate_from_log, make
 from forklift.plan.memory import pp_partition
-from forklift.plan.model import Advice, Plan, RankPlan, Roofline
+from forklift.plan.model import Advice, ModelFiles, NodeFiles, Plan, RankPlan, Roofline
 
-__all__ = ["Advice", "Calibration", "LogFacts", "Plan", "RankPlan", "Roofline", "calibrate_from_log", "make",
-           "parse_log", "pp_partition"]
+__all__ = ["Advice", "Calibration", "LogFacts", "ModelFiles", "NodeFiles", "Plan", "RankPlan", "Roofline",
+           "calibrate_from_log", "make", "parse_log", "pp_partition"]

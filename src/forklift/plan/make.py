@@ -16,6 +16,7 @@ from forklift.model.quant import online_scheme
 from forklift.model.spec import ModelSpec
 from forklift.plan import calibrate, rules
 from forklift.plan import memory as mem
+from forklift.plan.files import model_files
 from forklift.plan.model import Advice, Plan, RankPlan
 from forklift.plan.roofline import StageCost, compute
 from forklift.recipe.load import apply_overrides, validate
@@ -463,6 +464,11 @@ def make(recipe: Recipe, *, vllm_version: str | None = None, source: SpecSource 
                  f"measured engines typically reach ~{rules.estimate()['decode_efficiency']:.0%} of it")
     notes += _claim_notes(recipe, spec, st.partition, stage_w, roof.decode_tok_s_single, roof.critical_path_gb,
                           core.profiles[0].bandwidth_gbs)
+    node_ranges = [sorted({(r.layer_start, r.layer_end) for r in core.ranks if core.node_of_rank[r.rank] == n})
+                   for n in range(len(recipe.nodes))]
+    files, file_notes = model_files(src.checkpoint_dir, [n.host for n in recipe.nodes], node_ranges,
+                                    origin=src.origin)
+    notes += file_notes
     weights_total = sum(r.weights_gib for r in core.ranks)
     return Plan(
         model=spec.name, architecture=spec.architecture, config_origin=src.origin, recipe=recipe.name,
@@ -474,7 +480,7 @@ def make(recipe: Recipe, *, vllm_version: str | None = None, source: SpecSource 
         dcp=st.dcp, pp_partition=st.partition, suggested_pp_partition=suggested,
         weights_total_gib=round(weights_total, 2), params_b=round(spec.param_count() / 1e9, 2),
         calibrated=core.calibrated, ranks=core.ranks, roofline=roof, advice=_advice(recipe, src, vr, core),
-        notes=notes,
+        model_files=files, notes=notes,
     )
 
 

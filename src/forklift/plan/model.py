@@ -57,6 +57,28 @@ class Roofline(_Frozen):
     decode_context: int
 
 
+class NodeFiles(_Frozen):
+    """The model files one node needs: with PP only the shards holding its layers, plus the shared files."""
+
+    node: int
+    host: str
+    layers: str
+    """The node's layer ranges, inclusive, e.g. "0-25" or "0-14,15-29"."""
+    bytes: int
+    files: int
+    shards: int
+    """Safetensors files among ``files``."""
+
+
+class ModelFiles(_Frozen):
+    """Bytes of model files per node, from the model directory on this machine (what ``model sync`` copies)."""
+
+    dir: str
+    total_bytes: int
+    shards_total: int
+    nodes: list[NodeFiles]
+
+
 class Plan(_Frozen):
     """What ``forklift plan`` predicts for a recipe. Build with ``forklift.plan.make``."""
 
@@ -89,6 +111,8 @@ class Plan(_Frozen):
     ranks: list[RankPlan]
     roofline: Roofline
     advice: list[Advice]
+    model_files: ModelFiles | None = None
+    """None when the model's files are not on this machine (a note says why); never guessed."""
     notes: list[str]
 
     @property
