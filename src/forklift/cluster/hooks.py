@@ -11,7 +11,7 @@ from typing import Any
 
 from forklift.cluster.fanout import fan_out
 from forklift.cluster.runner import Runner
-from forklift.errors import DoesNotFitError, ForkliftError, PatchError
+from forklift.errors import DoesNotFitError, ForkliftError, PatchError, PlanError
 from forklift.launch.render import python_for
 from forklift.recipe.schema import Recipe
 
@@ -24,6 +24,11 @@ def plan_for(recipe: Recipe, vllm_version: str | None, *, force: bool) -> dict[s
     version = vllm_version.split("+")[0] if vllm_version else None
     try:
         plan = make(recipe, vllm_version=version)
+    except PlanError as exc:  # a layout vLLM itself rejects at startup (tp vs heads, pp vs layers, ...)
+        if not force:
+            raise DoesNotFitError(f"the plan says this will not start: {exc}",
+                                  fix=(exc.fix + " " if exc.fix else "") + "Or pass --force to start anyway.") from exc
+        return {"available": False, "error": f"{type(exc).__name__}: {exc}"}
     except ForkliftError as exc:  # the plan is advice here; a model the planner cannot describe still starts
         return {"available": False, "error": f"{type(exc).__name__}: {exc}"}
     data: dict[str, Any] = plan.to_json()
