@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +20,12 @@ import pytest
 from tests.cluster import dockerd, netns
 from tests.cluster.conftest import remove_node_run_dirs
 from tests.cluster.netns import NetCluster
-from tests.cluster.test_netns_cluster import _chat, forklift
+from tests.cluster.test_netns_cluster import _chat, _env, _forklift_argv, forklift
 
 pytestmark = pytest.mark.cluster
 
 PORT = 8000
+KEY_VAR = "FORKLIFT_TEST_API_KEY"
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +49,25 @@ def docker_net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NetCl
         remove_node_run_dirs(tmp / "home" / "runs")
 
 
+def _cmdlines() -> dict[int, str]:
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                out[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+    return out
+
+
+def _get(net: NetCluster, url: str, key: str | None) -> int:
+    code = ("import httpx,sys; h={'Authorization': 'Bearer '+sys.argv[2]} if sys.argv[2] else {}; "
+            "print(httpx.get(sys.argv[1], headers=h, timeout=30).status_code)")
+    res = subprocess.run(net.exec_argv(0, sys.executable, "-c", code, url, key or ""), capture_output=True, text=True,
+                         timeout=60, check=True)
+    return int(res.stdout.strip())
+
+
 def _running(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -66,7 +88,8 @@ runtime:
   mounts: {json.dumps(dockerd.python_mounts())}
 nodes:
   - {{host: node-b, ssh: root@10.231.0.2, data_ip: 10.231.0.2}}
-serve: {{host: 10.231.0.2, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 1, enforce_eager: true}}
+serve: {{host: 10.231.0.2, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 1, enforce_eager: true,
+         api_key_env: {KEY_VAR}}}
 timeouts: {{ready_s: 600}}
 """)
     return path
@@ -82,7 +105,10 @@ def test_missing_image_is_named_in_preflight(docker_net: tuple[NetCluster, docke
 def test_docker_rank_on_a_remote_node_serves_and_down_removes_the_container(
         docker_net: tuple[NetCluster, dockerd.Daemon]) -> None:
     net, daemon = docker_net
-    res = forklift(net, "up", str(_recipe(net)), "--name", "dk", "--json")
+    key = secrets.token_hex(16)
+    env = {**_env(net), KEY_VAR: key}
+    res = subprocess.run(_forklift_argv(net, "up", str(_recipe(net)), "--name", "dk", "--json"), env=env,
+                         capture_output=True, text=True, timeout=900, check=False)
     assert res.returncode == 0, f"up failed:\n{res.stdout}\n{res.stderr[-4000:]}"
     info = json.loads(res.stdout)
     print(f"\ndocker rank on node-b ready in {info['ready_s']:.0f} s")
@@ -97,7 +123,12 @@ def test_docker_rank_on_a_remote_node_serves_and_down_removes_the_container(
         binds = inspect["HostConfig"]["Binds"]
         assert any(b.endswith(":/opt/forklift/vllm_main.py:ro") for b in binds)
         assert any("smollm2-135m-instruct" in b and b.endswith(":ro") for b in binds)
-        assert "Paris" in _chat(net, "What is the capital of France?", host="10.231.0.2")
+        # the API key went over ssh's stdin: no command line on either side ever held it
+        assert not [pid for pid, cmd in _cmdlines().items() if key in cmd]
+        assert key not in (net.tmp / "home" / "runs" / "dk" / "record.json").read_text()
+        url = f"http://10.231.0.2:{PORT}/v1/models"
+        assert _get(net, url, None) == 401 and _get(net, url, "wrong") == 401 and _get(net, url, key) == 200
+        assert "Paris" in _chat(net, "What is the capital of France?", host="10.231.0.2", api_key=key)
         logs = forklift(net, "logs", "dk", "--rank", "0")
         assert f"Starting vLLM server on http://10.231.0.2:{PORT}" in logs.stdout, logs.stdout[-2000:]
     finally:

@@ -99,12 +99,13 @@ def test_model_sync_over_ssh_then_preflight_passes(net: NetCluster) -> None:
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
-def _chat(net: NetCluster, prompt: str, host: str = "10.231.0.1") -> str:
-    code = ("import httpx,sys,json; r=httpx.post(sys.argv[1], json={'model':'smollm2','temperature':0,"
+def _chat(net: NetCluster, prompt: str, host: str = "10.231.0.1", api_key: str = "") -> str:
+    code = ("import httpx,sys,json; h={'Authorization': 'Bearer '+sys.argv[3]} if sys.argv[3] else {}; "
+            "r=httpx.post(sys.argv[1], headers=h, json={'model':'smollm2','temperature':0,"
             "'max_tokens':40,'messages':[{'role':'user','content':sys.argv[2]}]}, timeout=120); "
             "print(r.json()['choices'][0]['message']['content'])")
     res = subprocess.run(net.exec_argv(0, sys.executable, "-c", code, f"http://{host}:{PORT}/v1/chat/completions",
-                                       prompt), capture_output=True, text=True, timeout=180, check=True)
+                                       prompt, api_key), capture_output=True, text=True, timeout=180, check=True)
     return res.stdout
 
 

@@ -164,7 +164,7 @@ class AsNobody:
         return LocalRunner().run(["runuser", "-u", "nobody", "--", *argv], timeout=timeout, env=env, input=input)
 
     def spawn(self, argv: Sequence[str], *, log_path: str, env: Mapping[str, str] | None = None,
-              cwd: str | None = None) -> Any:
+              cwd: str | None = None, secret_env: Mapping[str, str] | None = None) -> Any:
         raise AssertionError("not used")
 
 

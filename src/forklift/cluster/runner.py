@@ -76,8 +76,10 @@ class Runner(Protocol):
         log_path: str,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        secret_env: Mapping[str, str] | None = None,
     ) -> Spawned:
-        """Start argv detached in its own session (it outlives forklift), stdout+stderr to log_path."""
+        """Start argv detached in its own session (it outlives forklift), stdout+stderr to log_path.
+        ``secret_env`` reaches the process's environment but never any command line (no ps, no ssh argv)."""
         ...
 
 
@@ -123,9 +125,10 @@ class LocalRunner:
         log_path: str,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        secret_env: Mapping[str, str] | None = None,
     ) -> Spawned:
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        full_env = {**os.environ, **(env or {})}
+        full_env = {**os.environ, **(env or {}), **(secret_env or {})}
         with open(log_path, "ab", buffering=0) as log:
             try:
                 proc = subprocess.Popen(  # noqa: S603 - argv list, never a shell string

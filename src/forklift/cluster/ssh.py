@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import subprocess
 import tempfile
@@ -70,6 +71,9 @@ def unreachable_error(host: str, target: str, stderr: str, argv: Sequence[str]) 
         host=host,
         fix=f"Check the address and that sshd runs there: `ssh {target} true` must work without a password.",
     )
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class SshRunner:
@@ -144,17 +148,26 @@ class SshRunner:
         return Completed(self.host, tuple(argv), proc.returncode, proc.stdout, proc.stderr)
 
     def spawn(self, argv: Sequence[str], *, log_path: str, env: Mapping[str, str] | None = None,
-              cwd: str | None = None) -> Spawned:
-        """Start argv detached on the host (setsid: own session and process group); read back its pid."""
+              cwd: str | None = None, secret_env: Mapping[str, str] | None = None) -> Spawned:
+        """Start argv detached on the host (setsid: own session and process group); read back its pid.
+        Secrets travel on the ssh channel's stdin (one `read` per name), never in a command line."""
         inner = self.remote_command(argv, env)
         if cwd:
             inner = f"cd {shlex.quote(cwd)} && {inner}"
         log_dir = str(Path(log_path).parent)
+        secrets = dict(secret_env or {})
+        for name, value in secrets.items():
+            if not _ENV_NAME.fullmatch(name) or "\n" in value or "\r" in value:
+                raise RunnerError(f"{self.host}: secret {name!r} cannot be passed (a variable name and a one-line "
+                                  "value are needed)", fix="Use a one-line key in a variable such as FORKLIFT_API_KEY.")
+        # read in the foreground shell: an asynchronous list (`... &`) gets /dev/null as its stdin
+        reads = "".join(f"IFS= read -r {name} || exit 97; export {name}; " for name in secrets)
         script = (
-            f"mkdir -p {shlex.quote(log_dir)} && "
+            f"{reads}mkdir -p {shlex.quote(log_dir)} && "
             f"setsid sh -c {shlex.quote('exec ' + inner)} > {shlex.quote(log_path)} 2>&1 < /dev/null & echo $!"
         )
-        res = self.run(["sh", "-c", script], timeout=60)
+        stdin = "".join(f"{v}\n" for v in secrets.values()) if secrets else None
+        res = self.run(["sh", "-c", script], timeout=60, input=stdin)
         res.check()
         try:
             pid = int(res.stdout.strip().splitlines()[-1])

@@ -128,8 +128,9 @@ def preflight(recipe: Recipe, name: str, on_event: EventFn = _noop,
     return Preflight(version, model_dir, report)
 
 
-def _rank_env(launch_env: dict[str, str], secret_env: dict[str, str]) -> dict[str, str]:
-    env = dict(launch_env)
+def _secret_values(secret_env: dict[str, str]) -> dict[str, str]:
+    """{variable in the rank: its value}, read from this process's environment (never stored)."""
+    env: dict[str, str] = {}
     for target, source in secret_env.items():
         value = os.environ.get(source)
         if value is None:
@@ -170,8 +171,8 @@ def _spawn_group(recipe: Recipe, group: Sequence[RankLaunch], record: RunRecord,
     """Spawn a group of processes in parallel; record every one that started, then raise the first error."""
     def one(rl: RankLaunch) -> RankState:
         log_path = f"{rl.run_dir}/{rl.log_name}"
-        env = _rank_env(rl.env, rl.secret_env)
-        spawned = runners[rl.node_index].spawn(rl.argv, log_path=log_path, env=env)
+        spawned = runners[rl.node_index].spawn(rl.argv, log_path=log_path, env=rl.env,
+                                               secret_env=_secret_values(rl.secret_env))
         return RankState(rank=rl.rank, host=rl.host, pid=spawned.pid, pgid=spawned.pid, container=rl.container,
                          log_path=log_path, ssh=recipe.nodes[rl.node_index].ssh, node_index=rl.node_index,
                          role=rl.role)
@@ -396,6 +397,8 @@ def up(recipe: Recipe, *, name: str = "default", on_event: EventFn = _noop,
         plan=plan,
         patches=patches,
     )
+    for process in launch.processes:
+        _secret_values(process.secret_env)  # a missing key fails here, before anything starts
     record.timings["preflight_s"] = round(time.monotonic() - t0, 2)
     record.save()
     api_key = os.environ.get(recipe.serve.api_key_env) if recipe.serve.api_key_env else None

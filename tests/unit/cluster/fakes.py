@@ -29,8 +29,8 @@ class HostSim(LocalRunner):
         return Completed(self.host, tuple(argv), res.returncode, res.stdout, res.stderr)
 
     def spawn(self, argv: Sequence[str], *, log_path: str, env: Mapping[str, str] | None = None,
-              cwd: str | None = None) -> Spawned:
-        res = super().spawn(self._argv(argv), log_path=log_path, env=env, cwd=cwd)
+              cwd: str | None = None, secret_env: Mapping[str, str] | None = None) -> Spawned:
+        res = super().spawn(self._argv(argv), log_path=log_path, env=env, cwd=cwd, secret_env=secret_env)
         return Spawned(self.host, res.pid, res.log_path)
 
 
@@ -70,6 +70,7 @@ printf '%s\\n' "$@" > "{log}"
 case "$FAKE_SSH_MODE" in
   unreachable) echo "ssh: connect to host 10.231.0.9 port 22: No route to host" >&2; exit 255;;
   refused) echo "root@10.231.0.9: Permission denied (publickey)." >&2; exit 255;;
+  exec) for last; do :; done; exec sh -c "$last";;  # run the remote command here, stdin passed through
   *) echo ok; exit 0;;
 esac
 """

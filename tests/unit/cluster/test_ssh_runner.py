@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from forklift.cluster.fanout import fan_out
 from forklift.cluster.ssh import SSH_CONFIG_ENV, SshRunner, split_target
-from forklift.errors import HostUnreachableError
+from forklift.errors import HostUnreachableError, RunnerError
 from tests.unit.cluster.fakes import fake_ssh
 
 
@@ -59,3 +61,25 @@ def test_fan_out_keeps_every_host_outcome() -> None:
     assert list(out.errors) == ["b"] and not out.ok
     with pytest.raises(ValueError, match="host two"):
         out.raise_first()
+
+
+def test_spawn_passes_secrets_on_stdin_never_in_a_command_line(ssh_log: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    monkeypatch.setenv("FAKE_SSH_MODE", "exec")
+    log = tmp_path / "run" / "rank0.log"
+    code = "import os; print('key=' + os.environ['VLLM_API_KEY'], 'x=' + os.environ['X'])"
+    spawned = SshRunner("u@node", name="node-b").spawn([sys.executable, "-c", code], log_path=str(log),
+                                                       env={"X": "1"}, secret_env={"VLLM_API_KEY": "s3cr3t-k"})
+    deadline = time.monotonic() + 20
+    while "key=" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, "the spawned process never wrote its log"
+        time.sleep(0.05)
+    assert log.read_text().strip() == "key=s3cr3t-k x=1" and spawned.pid > 0
+    assert "s3cr3t-k" not in ssh_log.read_text()  # the whole ssh argv, remote command included
+
+
+def test_spawn_refuses_a_secret_it_cannot_pass_on_one_line(tmp_path: Path) -> None:
+    with pytest.raises(RunnerError) as err:
+        SshRunner("u@node", name="node-b").spawn(["true"], log_path=str(tmp_path / "l"),
+                                                 secret_env={"VLLM_API_KEY": "two\nlines"})
+    assert "node-b" in str(err.value) and "VLLM_API_KEY" in str(err.value)

@@ -52,5 +52,5 @@ class RecordingRunner:
         return Completed(self.host, tuple(argv), 0, "", "")
 
     def spawn(self, argv: Sequence[str], *, log_path: str, env: Mapping[str, str] | None = None,
-              cwd: str | None = None) -> Any:
+              cwd: str | None = None, secret_env: Mapping[str, str] | None = None) -> Any:
         raise AssertionError("not used")
