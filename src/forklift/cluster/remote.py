@@ -48,3 +48,12 @@ def home_dir(runner: Runner) -> str:
                                  host=runner.host, argv=["printf", "$HOME"], returncode=0,
                                  fix="Set HOME for the ssh user on that host.")
     return home
+
+
+def remove_stale_run_dirs(runner: Runner, parent: str, name: str, keep: str, *, timeout: float = 60) -> None:
+    """Delete parent/NAME-<12 hex run id> folders other than keep: earlier runs of this deployment name,
+    whose record the new run replaces (so one folder per name stays on each node). Matched exactly, never
+    by a looser glob, so other deployments' folders are untouched."""
+    pattern = ".*/" + name.replace(".", "\\.") + "-[0-9a-f]{12}"
+    runner.run(["find", parent, "-mindepth", "1", "-maxdepth", "1", "-type", "d", "-regextype", "posix-extended",
+                "-regex", pattern, "!", "-path", keep, "-exec", "rm", "-rf", "{}", "+"], timeout=timeout)

@@ -154,7 +154,9 @@ def prepare_nodes(recipe: Recipe, name: str, run_id: str, runners: Mapping[int, 
             Path(folder).mkdir(parents=True, exist_ok=True)
         else:
             home = remote.home_dir(runner)
-            folder = f"{home}/.local/state/forklift/nodes/{name}-{run_id}"
+            nodes_dir = f"{home}/.local/state/forklift/nodes"
+            folder = f"{nodes_dir}/{name}-{run_id}"
+            remote.remove_stale_run_dirs(runner, nodes_dir, name, keep=folder)
         if needs_launcher or not node.is_local:
             remote.write_text(runner, f"{folder}/{LAUNCHER_FILE}", launcher)
         else:
