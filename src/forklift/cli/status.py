@@ -77,6 +77,8 @@ def down_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
                       f"in {res.seconds:.1f} s; no process left, port free")
         for host, state in res.accelerator.items():
             console.print(f"  {host}: accelerator memory {state}")
+        for what in res.killed:
+            console.print(f"  {what} ignored SIGTERM for the grace period and was killed")
     else:
         console.print(f"{res.name} was not running; nothing left to stop")
 

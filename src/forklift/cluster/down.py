@@ -32,6 +32,8 @@ class DownResult:
     hosts: list[str] = field(default_factory=list)
     accelerator: dict[str, str] = field(default_factory=dict)
     """host -> 'released' / 'still N MiB above baseline' (only hosts that report it, via nvidia-smi)."""
+    killed: list[str] = field(default_factory=list)
+    """Processes that ignored SIGTERM for timeouts.stop_s and were SIGKILLed."""
 
 
 def _leftover_containers(record: RunRecord, runners: Mapping[int, Runner]) -> list[str]:
@@ -90,7 +92,8 @@ def down(record: RunRecord, *, grace_s: float | None = None,
     grace = grace_s if grace_s is not None else recipe.timeouts.stop_s
     runners = runners or record_runners(record)
     alive = _alive(record, runners)
-    leftovers = stop_all(record, runners, grace_s=grace)
+    stopped = stop_all(record, runners, grace_s=grace)
+    leftovers = list(stopped.leftovers)
     still = {role: set(_alive(record, runners, roles=(role,))) for role in {r.role for r in record.ranks}}
     leftovers += [f"{r.role} {r.rank} on {r.host} (pgid {r.pgid})" for r in record.ranks if r.rank in still[r.role]]
     leftovers += _leftover_containers(record, runners)
@@ -109,7 +112,7 @@ def down(record: RunRecord, *, grace_s: float | None = None,
     save_status(record, "stopped")
     hosts = sorted({r.host for r in record.ranks})
     return DownResult(record.name, bool(alive), sorted(set(alive)), port_free, round(time.monotonic() - t0, 2),
-                      hosts, accel)
+                      hosts, accel, stopped.killed)
 
 
 def _alive(record: RunRecord, runners: Mapping[int, Runner], roles: tuple[str, ...] = ("engine",)) -> list[int]:

@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from forklift.cluster.runner import LocalRunner, Runner
 from forklift.errors import RunnerError
@@ -43,15 +44,20 @@ def signal_group(runner: Runner, pgid: int, sig: str) -> None:
         runner.run(["kill", f"-{sig}", "--", *stragglers], timeout=15)
 
 
-def stop_group(runner: Runner, pgid: int, *, grace_s: float, poll: Callable[[], None] | None = None) -> bool:
-    """SIGTERM the group, wait up to grace_s, then SIGKILL. Returns True when nothing remains."""
+StopOutcome = Literal["gone", "terminated", "killed", "survived"]
+"""gone: nothing was running; terminated: exited on SIGTERM; killed: needed SIGKILL; survived: still there."""
+
+
+def stop_group(runner: Runner, pgid: int, *, grace_s: float,
+               poll: Callable[[], None] | None = None) -> StopOutcome:
+    """SIGTERM the group, wait up to grace_s, then SIGKILL; say which it took."""
     if not pgid_alive(runner, pgid):
-        return True
+        return "gone"
     signal_group(runner, pgid, "TERM")
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if not pgid_alive(runner, pgid):
-            return True
+            return "terminated"
         if poll:
             poll()
         time.sleep(0.5)
@@ -59,9 +65,9 @@ def stop_group(runner: Runner, pgid: int, *, grace_s: float, poll: Callable[[], 
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if not pgid_alive(runner, pgid):
-            return True
+            return "killed"
         time.sleep(0.3)
-    return not pgid_alive(runner, pgid)
+    return "survived" if pgid_alive(runner, pgid) else "killed"
 
 
 def port_free_local(host: str, port: int) -> bool:

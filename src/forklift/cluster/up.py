@@ -285,28 +285,43 @@ def _fail(record: RunRecord, rank: RankState, message: str, runners: Mapping[int
                              log_path=rank.log_path, fix=fix)
 
 
-def _stop_one(rank: RankState, runner: Runner, grace_s: float) -> bool:
+def _stop_one(rank: RankState, runner: Runner, grace_s: float) -> procs.StopOutcome:
     if rank.container:
+        t0 = time.monotonic()
         runner.run(["docker", "stop", "-t", str(int(grace_s)), rank.container], timeout=grace_s + 30)
         runner.run(["docker", "rm", "-f", rank.container], timeout=60)
+        if time.monotonic() - t0 >= grace_s:
+            return "killed"  # docker stop waited out the grace and sent SIGKILL itself
     if rank.pgid is None:
-        return True
+        return "gone"
     return procs.stop_group(runner, rank.pgid, grace_s=grace_s)
 
 
-def stop_all(record: RunRecord, runners: Mapping[int, Runner], *, grace_s: float) -> list[str]:
+@dataclass
+class StopReport:
+    leftovers: list[str] = field(default_factory=list)
+    """Processes that survived SIGKILL (or could not be reached)."""
+    killed: list[str] = field(default_factory=list)
+    """Processes that outlived SIGTERM's grace and needed SIGKILL."""
+
+
+def stop_all(record: RunRecord, runners: Mapping[int, Runner], *, grace_s: float) -> StopReport:
     """Stop every process of the run by recorded pgid / container: the API head first (so clients see it
-    go), then every other process in parallel. Returns what would not die."""
+    go), then every other process in parallel. Reports what needed SIGKILL and what would not die."""
     head = [r for r in record.ranks if r.rank == 0 and r.role == "engine"]
     rest = [r for r in record.ranks if r not in head]
-    leftovers: list[str] = []
+    report = StopReport()
     for group in (head, rest):
         done = fan_out(((i, r) for i, r in enumerate(group)), lambda r: _stop_one(r, runners[_node_index(r)], grace_s))
         for i, r in enumerate(group):
-            if not done.results.get(i, False):
+            what = f"{r.role} {r.rank} on {r.host} (pgid {r.pgid})"
+            outcome = done.results.get(i, "survived")
+            if outcome == "survived":
                 why = f": {done.errors[i]}" if i in done.errors else ""
-                leftovers.append(f"{r.role} {r.rank} on {r.host} (pgid {r.pgid}){why}")
-    return leftovers
+                report.leftovers.append(what + why)
+            elif outcome == "killed":
+                report.killed.append(what)
+    return report
 
 
 def _check_alive(record: RunRecord, runners: Mapping[int, Runner], phase: str) -> None:
