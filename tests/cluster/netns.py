@@ -84,7 +84,7 @@ class NetCluster:
         return out
 
     def listening(self, index: int, port: int) -> bool:
-        res = sh(*self.exec_argv(index, "cat", "/proc/net/tcp"), check=False)
+        res = sh(*self.exec_argv(index, "cat", "/proc/net/tcp", "/proc/net/tcp6"), check=False)
         for line in res.stdout.splitlines()[1:]:
             parts = line.split()
             if len(parts) > 3 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:

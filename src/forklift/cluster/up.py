@@ -212,14 +212,20 @@ def wait_ray_nodes(recipe: Recipe, launch: Launch, record: RunRecord, runners: M
           f"workers that may not have joined: {', '.join(r.host for r in waiting)}", runners)
 
 
+def start_ray_cluster(recipe: Recipe, launch: Launch, record: RunRecord, runners: Mapping[int, Runner],
+                      on_event: EventFn = _noop) -> None:
+    """`ray start --head`, then every worker in parallel, then wait until `ray status` lists every node."""
+    _spawn_group(recipe, launch.ray[:1], record, runners)
+    _spawn_group(recipe, launch.ray[1:], record, runners)
+    wait_ray_nodes(recipe, launch, record, runners, on_event)
+
+
 def start_ranks(recipe: Recipe, launch: Launch, record: RunRecord, runners: Mapping[int, Runner],
                 on_event: EventFn = _noop) -> None:
     """Start every process in order, saving the record after each group so `down` can always clean up:
     Ray head, Ray workers (then wait until all registered), engine workers, the head last."""
     if launch.ray:
-        _spawn_group(recipe, launch.ray[:1], record, runners)
-        _spawn_group(recipe, launch.ray[1:], record, runners)
-        wait_ray_nodes(recipe, launch, record, runners, on_event)
+        start_ray_cluster(recipe, launch, record, runners, on_event)
     workers = [r for r in launch.ranks if r.rank != 0]
     if workers:
         _spawn_group(recipe, workers, record, runners)

@@ -92,6 +92,8 @@ def ray_env(recipe: Recipe) -> dict[str, str]:
         env["RAY_health_check_failure_threshold"] = str(recipe.ray.health_check_failure_threshold)
     if recipe.ray.cgraph_get_timeout_s is not None:
         env["RAY_CGRAPH_get_timeout"] = str(recipe.ray.cgraph_get_timeout_s)
+    drain = recipe.ray.drain_timeout_s
+    env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = str(int(drain)) if float(drain).is_integer() else str(drain)
     return env
 
 

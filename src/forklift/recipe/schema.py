@@ -223,6 +223,11 @@ class Ray(Strict):
     health_check_failure_threshold: int | None = Field(default=600, ge=1)
     cgraph_get_timeout_s: int | None = Field(default=3600, ge=1)
     start_timeout_s: float = Field(default=120.0, gt=0)
+    drain_timeout_s: float = Field(
+        default=0.0, ge=0,
+        description="Ray's drain on SIGTERM (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S; Ray's own default is 30 s, "
+        "which outlasts `down`'s grace). forklift stops the engine before Ray, so there is nothing to drain.",
+    )
 
 
 class Timeouts(Strict):

@@ -73,6 +73,7 @@ def test_ray_mode_starts_ray_then_one_engine_with_typed_timeouts() -> None:
     for p in launch.processes:
         assert p.env["RAY_health_check_failure_threshold"] == "700"
         assert p.env["RAY_CGRAPH_get_timeout"] == "3600"
+        assert p.env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == "0"  # Ray's 30 s drain would outlast down's grace
     assert [r.rank for r in launch.ranks] == [0]
     engine = launch.head.argv
     assert engine[engine.index("--distributed-executor-backend") + 1] == "ray" and "--nnodes" not in engine
