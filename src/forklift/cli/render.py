@@ -56,7 +56,8 @@ def render_cmd(
     if json_out or fmt == "json":
         print_json(launch.model_dump(mode="json"))
         return
-    console.print(f"[bold]{r.name}[/]: {len(launch.ranks)} rank(s), runtime {launch.runtime}, "
+    ray = f" + {len(launch.ray)} Ray process(es)" if launch.ray else ""
+    console.print(f"[bold]{r.name}[/]: {len(launch.ranks)} engine rank(s){ray}, runtime {launch.runtime}, "
                   f"endpoint {launch.endpoint}")
     for order, rl in enumerate(launch.processes, 1):
         role = rl.role if rl.role != "engine" else "head" if rl.rank == 0 else "worker (headless)"
