@@ -83,8 +83,19 @@ def stop(daemon: Daemon) -> None:
         except subprocess.TimeoutExpired:
             daemon.proc.kill()
             daemon.proc.wait(10)
+    _unmount_under(daemon.exec_root)  # dockerd leaves its namespace bind-mounted there (netns/default)
     shutil.rmtree(daemon.exec_root, ignore_errors=True)
     Path(daemon.sock).unlink(missing_ok=True)
+
+
+def _unmount_under(folder: Path) -> None:
+    """Lazily unmount everything mounted below folder, deepest first (a leaked nsfs mount keeps the node's
+    network namespace, its veth and addresses alive after `ip netns del`)."""
+    prefix = str(folder).rstrip("/") + "/"
+    points = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
+              if len(line.split()) > 1 and line.split()[1].startswith(prefix)]
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
 def build_image(daemon: Daemon) -> None:
