@@ -37,7 +37,7 @@ from forklift.errors import (
     RunNotFoundError,
 )
 from forklift.launch.model import Launch, NodePaths, RankLaunch
-from forklift.launch.render import LAUNCHER_FILE, render
+from forklift.launch.render import API_KEY_VAR, LAUNCHER_FILE, render
 from forklift.model.resolve import local_path
 from forklift.recipe.schema import Recipe
 
@@ -295,9 +295,10 @@ def _stop_one(rank: RankState, runner: Runner, grace_s: float) -> procs.StopOutc
     if rank.container:
         t0 = time.monotonic()
         runner.run(["docker", "stop", "-t", str(int(grace_s)), rank.container], timeout=grace_s + 30)
+        waited_out = time.monotonic() - t0 >= grace_s  # docker stop sent SIGKILL itself
         runner.run(["docker", "rm", "-f", rank.container], timeout=60)
-        if time.monotonic() - t0 >= grace_s:
-            return "killed"  # docker stop waited out the grace and sent SIGKILL itself
+        if waited_out:
+            return "killed"
     if rank.pgid is None:
         return "gone"
     return procs.stop_group(runner, rank.pgid, grace_s=grace_s)
@@ -420,11 +421,10 @@ def up(recipe: Recipe, *, name: str = "default", on_event: EventFn = _noop,
         plan=plan,
         patches=patches,
     )
-    for process in launch.processes:
-        _secret_values(process.secret_env)  # a missing key fails here, before anything starts
+    # only the head's engine carries the key; a missing one fails here, before anything starts
+    api_key = _secret_values(launch.head.secret_env).get(API_KEY_VAR)
     record.timings["preflight_s"] = round(time.monotonic() - t0, 2)
     record.save()
-    api_key = os.environ.get(recipe.serve.api_key_env) if recipe.serve.api_key_env else None
     try:
         start_ranks(recipe, launch, record, runners, on_event)
         token, reached = wait_ready(record, runners, timeout_s=recipe.timeouts.ready_s,

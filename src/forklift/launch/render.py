@@ -23,6 +23,8 @@ from forklift.recipe.schema import DockerRuntime, Node, Recipe, Serve
 LAUNCHER_MODULE = "forklift.engine.vllm_main"
 LAUNCHER_FILE = "vllm_main.py"
 RAY_CLI = ["-m", "ray.scripts.scripts"]
+API_KEY_VAR = "VLLM_API_KEY"
+"""The variable vLLM reads its API key from (the head's secret_env maps it to serve.api_key_env)."""
 
 
 def serve_flags(serve: Serve) -> list[str]:
@@ -232,7 +234,7 @@ def render(recipe: Recipe, model_path: str | Path, *, run_id: str = "RUNID",
     head_addr = node_addr(recipe.head)
     paths = {i: n.model_path or str(model_path) for i, n in enumerate(recipe.nodes)}
     env = rank_env(recipe)
-    secret = {"VLLM_API_KEY": recipe.serve.api_key_env} if recipe.serve.api_key_env else {}
+    secret = {API_KEY_VAR: recipe.serve.api_key_env} if recipe.serve.api_key_env else {}
     ray_mode = nnodes > 1 and par.backend == "ray"
 
     ranks: list[RankLaunch] = []

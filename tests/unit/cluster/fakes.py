@@ -9,7 +9,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from forklift import recipe as recipes
 from forklift.cluster.runner import Completed, LocalRunner, Spawned
+from forklift.recipe.schema import Recipe
 
 
 class HostSim(LocalRunner):
@@ -117,3 +119,15 @@ def pid_alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def two_node_recipe(tmp_path: Path, python: Path, port: int, *extra: str) -> Recipe:
+    """The default recipe over node-a and node-b (both reached at 127.0.0.1), pp=2, a tiny model, a given
+    engine python; the head listens on port, the master port is port + 1."""
+    model = tiny_model(tmp_path / "model")
+    return recipes.load("default", [
+        f"model.source={model}", f"runtime.python={python}",
+        "nodes=[{host: node-a, ssh: root@10.231.0.1, data_ip: 127.0.0.1},"
+        " {host: node-b, ssh: root@10.231.0.2, data_ip: 127.0.0.1}]",
+        "parallel.pp=2", "serve.host=0.0.0.0", f"serve.port={port}", f"network.master_port={port + 1}", *extra,
+    ])

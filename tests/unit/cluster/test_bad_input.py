@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from forklift import recipe as recipes
 from forklift.cluster import record as records
 from forklift.cluster.runner import Runner
 from forklift.cluster.ssh import SshRunner
 from forklift.cluster.up import up
 from forklift.errors import EngineStartupError, PreflightError
 from forklift.recipe.schema import Recipe
-from tests.unit.cluster.fakes import HostSim, fake_ssh, fake_vllm, pid_alive, tiny_model
+from tests.unit.cluster.fakes import HostSim, fake_ssh, fake_vllm, pid_alive, tiny_model, two_node_recipe
 
 
 @pytest.fixture
@@ -39,14 +38,7 @@ def port() -> int:
 
 
 def _recipe(tmp_path: Path, python: Path, port: int, *extra: str) -> Recipe:
-    model = tiny_model(tmp_path / "model")
-    return recipes.load("default", [
-        f"model.source={model}", f"runtime.python={python}",
-        "nodes=[{host: node-a, ssh: root@10.231.0.1, data_ip: 127.0.0.1},"
-        " {host: node-b, ssh: root@10.231.0.2, data_ip: 127.0.0.1}]",
-        "parallel.pp=2", "serve.host=0.0.0.0", f"serve.port={port}", f"network.master_port={port + 1}",
-        "timeouts.ready_s=60", *extra,
-    ])
+    return two_node_recipe(tmp_path, python, port, "timeouts.ready_s=60", *extra)
 
 
 def _nothing_started(name: str = "t") -> None:

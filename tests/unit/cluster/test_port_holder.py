@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from forklift import recipe as recipes
 from forklift.cluster.preflight import run_preflight
 from forklift.cluster.procs import port_holder, port_holder_local
 from forklift.cluster.runner import Completed, LocalRunner, Runner
 from forklift.recipe.schema import Recipe
-from tests.unit.cluster.fakes import HostSim, fake_vllm, tiny_model
+from tests.unit.cluster.fakes import HostSim, fake_vllm, two_node_recipe
 
 
 @pytest.fixture
@@ -79,13 +78,7 @@ def test_the_port_travels_as_its_own_argument(listening: socket.socket) -> None:
 
 
 def _recipe(tmp_path: Path, port: int) -> Recipe:
-    model = tiny_model(tmp_path / "model")
-    return recipes.load("default", [
-        f"model.source={model}", f"runtime.python={fake_vllm(tmp_path)}",
-        "nodes=[{host: node-a, ssh: root@10.231.0.1, data_ip: 127.0.0.1},"
-        " {host: node-b, ssh: root@10.231.0.2, data_ip: 127.0.0.1}]",
-        "parallel.pp=2", "serve.host=0.0.0.0", f"serve.port={port}", f"network.master_port={port + 1}",
-    ])
+    return two_node_recipe(tmp_path, fake_vllm(tmp_path), port)
 
 
 def _port_failures(recipe: Recipe, runners: Mapping[int, Runner]) -> list[tuple[str, str, str | None]]:
