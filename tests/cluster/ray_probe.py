@@ -19,10 +19,10 @@ import time
 from forklift import recipe as recipes
 from forklift.cluster.hosts import runners_for
 from forklift.cluster.record import RunRecord
-from forklift.cluster.ssh import default_ssh_config
 from forklift.cluster.up import prepare_nodes, ray_node_count, start_ray_cluster
 from forklift.launch.render import render
 from forklift.model.resolve import local_path
+from forklift.runner.ssh import default_ssh_config
 
 
 def main(path: str, name: str) -> None:

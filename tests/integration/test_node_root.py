@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from forklift import node
-from forklift.cluster.runner import Completed, LocalRunner
 from forklift.errors import NodeError
 from forklift.node import facts as F
 from forklift.node.guard import has_cap_sys_resource
+from forklift.runner import Completed, LocalRunner
 from tests.helpers import forklift
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="node tests need root (CI runs them as root)")

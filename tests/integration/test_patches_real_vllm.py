@@ -23,9 +23,9 @@ from typer.testing import CliRunner
 
 from forklift import patches
 from forklift.cli import patch as patch_cli
-from forklift.cluster.runner import LocalRunner
 from forklift.errors import PatchError
 from forklift.patches import core, releases
+from forklift.runner import LocalRunner
 
 _app = typer.Typer()
 patch_cli.register(_app)

@@ -11,12 +11,12 @@ from forklift import recipe as recipes
 from forklift.cli.common import JsonOpt, RecipeArg, SetOpt, console, print_json
 from forklift.cluster.hosts import runners_for
 from forklift.cluster.inventory import resolve as resolve_inventory
-from forklift.cluster.ssh import default_ssh_config
 from forklift.cluster.sync import sync
 from forklift.errors import ModelError
 from forklift.model import bundled
 from forklift.model.resolve import local_path
 from forklift.recipe.schema import BUNDLED_PREFIX
+from forklift.runner.ssh import default_ssh_config
 
 model_app = typer.Typer(help="Prepare models forklift serves.", no_args_is_help=True)
 

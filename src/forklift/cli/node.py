@@ -12,9 +12,9 @@ from rich.table import Table
 
 from forklift import node
 from forklift.cli.common import JsonOpt, console, err_console, print_json
-from forklift.cluster.runner import LocalRunner, Runner
-from forklift.cluster.ssh import SshRunner
 from forklift.errors import ForkliftError
+from forklift.runner import LocalRunner, Runner
+from forklift.runner.ssh import SshRunner
 
 LOCAL = ("localhost", "local", "127.0.0.1")
 STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "skipped": "dim"}

@@ -10,10 +10,10 @@ from rich.table import Table
 
 from forklift import patches
 from forklift.cli.common import JsonOpt, console, print_json
-from forklift.cluster.runner import LocalRunner
-from forklift.cluster.ssh import SshRunner
 from forklift.patches.core import PatchState
 from forklift.patches.engine import Tree
+from forklift.runner import LocalRunner
+from forklift.runner.ssh import SshRunner
 
 patch_app = typer.Typer(help="Apply, verify, revert and check vLLM source patches.", no_args_is_help=True)
 

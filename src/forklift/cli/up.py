@@ -10,16 +10,16 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from forklift import recipe as recipes
 from forklift.cli.common import JsonOpt, NameOpt, RecipeArg, SetOpt, console, err_console, print_json
-from forklift.cluster.fanout import fan_out
 from forklift.cluster.hosts import runners_for
 from forklift.cluster.inventory import resolve as resolve_inventory
 from forklift.cluster.phases import PHASE_NAMES
 from forklift.cluster.preflight import PreflightReport
-from forklift.cluster.ssh import default_ssh_config
 from forklift.cluster.up import preflight, up
 from forklift.errors import NodeError
 from forklift.node import CheckResult
 from forklift.recipe.schema import Recipe
+from forklift.runner.fanout import fan_out
+from forklift.runner.ssh import default_ssh_config
 
 PreflightOpt = Annotated[bool, typer.Option("--preflight-only", help="Check every node, start nothing.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Start even when the plan says it will not fit.")]

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 import httpx
 
 from forklift.cluster import procs, remote
-from forklift.cluster.fanout import fan_out
 from forklift.cluster.preflight import gpu_memory_used, listening_ports
 from forklift.cluster.record import RankState, RunRecord, save_status
-from forklift.cluster.runner import Runner
 from forklift.cluster.up import _node_index, record_runners, stop_all
 from forklift.errors import ForkliftError, RunError
 from forklift.launch.docker import LABEL_RUN_ID
 from forklift.recipe.schema import Recipe
+from forklift.runner import Runner
+from forklift.runner.fanout import fan_out
 
 GPU_SLACK_MIB = 1024
 """Accelerator memory within this much of the pre-launch baseline counts as released."""

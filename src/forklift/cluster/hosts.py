@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from forklift.cluster.runner import LocalRunner, Runner
-from forklift.cluster.ssh import SshRunner
 from forklift.recipe.schema import Node, Recipe
+from forklift.runner import LocalRunner, Runner
+from forklift.runner.ssh import SshRunner
 
 
 def runner_for(node: Node, *, ssh_config: str | None = None, timeout_s: float = 60.0) -> Runner:

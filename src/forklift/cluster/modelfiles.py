@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from forklift.cluster.runner import Runner
 from forklift.launch.layers import node_layer_ranges
 from forklift.model.files import HASHED, INDEX, Listing, files_per_node, local_listing, num_layers, weight_map
 from forklift.recipe.schema import Recipe
+from forklift.runner import Runner
 
 __all__ = ["HASHED", "INDEX", "Listing", "local_listing", "needed_files", "num_layers", "remote_listing"]
 

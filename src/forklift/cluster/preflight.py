@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Literal
 
 from forklift.cluster.engine import PROBE, vllm_version
-from forklift.cluster.fanout import fan_out
 from forklift.cluster.modelfiles import HASHED, Listing, needed_files, remote_listing
 from forklift.cluster.procs import port_holder
-from forklift.cluster.runner import Runner
 from forklift.errors import EngineNotInstalledError, ForkliftError, PreflightError, RunnerError
 from forklift.launch.render import python_for
 from forklift.recipe.schema import DockerRuntime, Recipe
+from forklift.runner import Runner
+from forklift.runner.fanout import fan_out
 
 Status = Literal["ok", "warn", "fail"]
 GIB = 1024**3

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from forklift.cluster.runner import LocalRunner, Runner
 from forklift.errors import RunnerError
+from forklift.runner import LocalRunner, Runner
 
 
 def pgid_alive(runner: Runner, pgid: int) -> bool:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from forklift.cluster.runner import Runner
 from forklift.errors import RemoteCommandError
+from forklift.runner import Runner
 
 
 def write_text(runner: Runner, path: str, text: str, *, timeout: float = 60) -> None:

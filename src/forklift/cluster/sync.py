@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from forklift.cluster.fanout import fan_out
 from forklift.cluster.modelfiles import local_listing, needed_files
-from forklift.cluster.runner import LocalRunner, Runner
-from forklift.cluster.ssh import SshRunner
 from forklift.errors import RemoteCommandError
 from forklift.recipe.schema import Recipe
+from forklift.runner import LocalRunner, Runner
+from forklift.runner.fanout import fan_out
+from forklift.runner.ssh import SshRunner
 
 _SENT_RE = re.compile(r"Total transferred file size: ([\d,.]+) bytes")
 MAX_PARALLEL_COPIES = 4

@@ -18,7 +18,6 @@ from pathlib import Path
 import httpx
 
 from forklift.cluster import hooks, procs, remote
-from forklift.cluster.fanout import fan_out
 from forklift.cluster.hosts import runners_for
 from forklift.cluster.inventory import resolve as resolve_inventory
 from forklift.cluster.modelfiles import local_listing
@@ -26,8 +25,6 @@ from forklift.cluster.phases import PHASE_NAMES, advance, relevant_tail, startup
 from forklift.cluster.preflight import PreflightReport, run_preflight
 from forklift.cluster.record import RankState, RunRecord, run_dir, validate_name
 from forklift.cluster.record import load as load_record
-from forklift.cluster.runner import Runner
-from forklift.cluster.ssh import default_ssh_config
 from forklift.errors import (
     EngineStartupError,
     ForkliftError,
@@ -40,6 +37,9 @@ from forklift.launch.model import Launch, NodePaths, RankLaunch
 from forklift.launch.render import API_KEY_VAR, LAUNCHER_FILE, render
 from forklift.model.resolve import local_path
 from forklift.recipe.schema import Recipe
+from forklift.runner import Runner
+from forklift.runner.fanout import fan_out
+from forklift.runner.ssh import default_ssh_config
 
 EventFn = Callable[[str, str], None]
 """on_event(phase, detail): phase is one of PHASE_NAMES or 'preflight'/'prepare'."""

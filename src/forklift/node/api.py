@@ -9,12 +9,12 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from forklift.cluster.runner import Runner
 from forklift.errors import NodeError, RunnerError
 from forklift.node import facts as F
 from forklift.node.apply import ApplyPlan, ApplyResult, NodeState, execute, load_state, plan_apply, plan_revert
 from forklift.node.checks import CheckResult, guard_result, run_checks
 from forklift.node.profile import NodeProfile, load_profile
+from forklift.runner import Runner
 
 AUTO = "auto"
 

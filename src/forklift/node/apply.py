@@ -21,11 +21,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from forklift import paths
-from forklift.cluster.runner import Runner
 from forklift.errors import NodeError, SudoRequiredError
 from forklift.node import facts as F
 from forklift.node.facts import FileFact, NodeFacts, under
 from forklift.node.profile import GIB, MIN_FREE_MAX_FRACTION, NodeProfile
+from forklift.runner import Runner
 
 _WRITE = (
     'set -e; t="$1.forklift-tmp"; base64 -d > "$t"; chmod "$2" "$t"; chown "$3" "$t"; mv -f -- "$t" "$1"'

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from forklift.cluster.runner import Completed, LocalRunner, Runner
 from forklift.errors import NodeError, RunnerError
 from forklift.node.profile import NodeProfile
+from forklift.runner import Completed, LocalRunner, Runner
 
 # Where forklift keeps its node files (paths on the node, before the root prefix).
 STATE_FILE = "/var/lib/forklift/node/state.json"

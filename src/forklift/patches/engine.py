@@ -33,7 +33,7 @@ from forklift.patches import core, releases
 from forklift.patches.spec import Patch
 
 if TYPE_CHECKING:  # the Runner protocol only; patches sit below cluster in the import stack
-    from forklift.cluster.runner import Runner
+    from forklift.runner import Runner
 
 def _translate(exc: core.CoreError) -> PatchError:
     if exc.kind in ("drift", "vanished", "modified"):

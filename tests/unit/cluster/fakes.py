@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from forklift import recipe as recipes
-from forklift.cluster.runner import Completed, LocalRunner, Spawned
 from forklift.recipe.schema import Recipe
+from forklift.runner import Completed, LocalRunner, Spawned
 
 
 class HostSim(LocalRunner):

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from forklift.cluster import record as records
-from forklift.cluster.runner import Runner
-from forklift.cluster.ssh import SshRunner
 from forklift.cluster.up import up
 from forklift.errors import EngineStartupError, PreflightError
 from forklift.recipe.schema import Recipe
+from forklift.runner import Runner
+from forklift.runner.ssh import SshRunner
 from tests.unit.cluster.fakes import HostSim, fake_ssh, fake_vllm, pid_alive, tiny_model, two_node_recipe
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from forklift.cluster.preflight import run_preflight
 from forklift.cluster.procs import port_holder, port_holder_local
-from forklift.cluster.runner import Completed, LocalRunner, Runner
 from forklift.recipe.schema import Recipe
+from forklift.runner import Completed, LocalRunner, Runner
 from tests.unit.cluster.fakes import HostSim, fake_vllm, two_node_recipe
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from forklift.cluster.fanout import fan_out
-from forklift.cluster.ssh import SSH_CONFIG_ENV, SshRunner, split_target
 from forklift.errors import HostUnreachableError, RunnerError
+from forklift.runner.fanout import fan_out
+from forklift.runner.ssh import SSH_CONFIG_ENV, SshRunner, split_target
 from tests.unit.cluster.fakes import fake_ssh
 
 

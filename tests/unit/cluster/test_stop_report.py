@@ -9,8 +9,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from forklift.cluster.record import RankState
-from forklift.cluster.runner import LocalRunner
 from forklift.cluster.up import stop_all
+from forklift.runner import LocalRunner
 
 STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
 POLITE = "import time; print('up', flush=True); time.sleep(60)"

@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from forklift.cluster.runner import Completed
 from forklift.node import facts as F
 from forklift.node.facts import FileFact, Heartbeat, NodeFacts, SwapArea, SwapFileFact, UnitFact
+from forklift.runner import Completed
 
 GIB = 1 << 30
 

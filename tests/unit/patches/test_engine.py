@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from forklift import patches
-from forklift.cluster.runner import Completed
 from forklift.errors import PatchError
 from forklift.patches import core
 from forklift.patches.engine import RunnerTree
+from forklift.runner import Completed
 
 KV = '''import torch
 

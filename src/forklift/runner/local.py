@@ -1,8 +1,4 @@
-"""The one seam through which forklift executes commands: argv lists in, ``Completed`` out.
-
-``LocalRunner`` runs on this machine; the SSH runner (``forklift.cluster.ssh``) wraps the same argv in
-the system OpenSSH client. argv stays a list until the transport edge.
-"""
+"""Run argv on this machine (subprocess, never a shell)."""
 
 from __future__ import annotations
 
@@ -10,77 +6,10 @@ import os
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
-from forklift.errors import RemoteCommandError, RunnerError
-
-
-@dataclass(frozen=True)
-class Completed:
-    """Result of one command on one host."""
-
-    host: str
-    argv: tuple[str, ...]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-    def check(self) -> Completed:
-        """Raise ``RemoteCommandError`` unless the command exited 0."""
-        if self.returncode != 0:
-            tail = "\n".join(self.stderr.strip().splitlines()[-10:])
-            raise RemoteCommandError(
-                f"{self.host}: `{shlex.join(self.argv)}` exited {self.returncode}"
-                + (f": {tail}" if tail else ""),
-                host=self.host,
-                argv=self.argv,
-                returncode=self.returncode,
-                stderr_tail=tail,
-            )
-        return self
-
-
-@dataclass(frozen=True)
-class Spawned:
-    """A detached process started by ``Runner.spawn``."""
-
-    host: str
-    pid: int
-    log_path: str
-
-
-class Runner(Protocol):
-    """Execute argv on one host."""
-
-    host: str
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        input: str | None = None,
-    ) -> Completed: ...
-
-    def spawn(
-        self,
-        argv: Sequence[str],
-        *,
-        log_path: str,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        secret_env: Mapping[str, str] | None = None,
-    ) -> Spawned:
-        """Start argv detached in its own session (it outlives forklift), stdout+stderr to log_path.
-        ``secret_env`` reaches the process's environment but never any command line (no ps, no ssh argv)."""
-        ...
+from forklift.errors import RunnerError
+from forklift.runner.base import Completed, Spawned
 
 
 class LocalRunner:

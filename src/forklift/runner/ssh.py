@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from forklift import paths
-from forklift.cluster.runner import Completed, Spawned
 from forklift.errors import HostUnreachableError, RunnerError
+from forklift.runner.base import Completed, Spawned
 
 SSH_UNREACHABLE = 255
 SSH_CONFIG_ENV = "FORKLIFT_SSH_CONFIG"
