@@ -21,9 +21,10 @@ from pathlib import Path
 import httpx
 
 from forklift import recipe as recipes
-from forklift.cluster.up import first_token
-from forklift.launch.render import rank_env, serve_flags
+from forklift.endpoint import Endpoint
+from forklift.launch.flags import rank_env, serve_flags
 from forklift.model.bundled import prepare
+from forklift.plan import Decisions
 
 OUT = Path("bench-results")
 
@@ -40,7 +41,7 @@ def plain_once(model_dir: Path, port: int) -> float:
     r = recipes.load("default", [f"serve.port={port}"])
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
             "--served-model-name", r.served_name, *serve_flags(r.serve), "--host", "127.0.0.1", "--port", str(port)]
-    env = {**os.environ, **rank_env(r)}
+    env = {**os.environ, **rank_env(r, Decisions())}
     t0 = time.monotonic()
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)  # noqa: S603
@@ -49,12 +50,13 @@ def plain_once(model_dir: Path, port: int) -> float:
             while True:
                 if proc.poll() is not None:
                     raise RuntimeError("plain vLLM exited during startup")
-                try:
-                    if httpx.get(f"{endpoint}/health", timeout=2).status_code == 200:
-                        first_token(endpoint, r.served_name, None)
-                        return time.monotonic() - t0
-                except httpx.HTTPError:
-                    pass
+                with Endpoint(endpoint) as client:
+                    try:
+                        if client.healthy(timeout=2):
+                            client.first_token(r.served_name)
+                            return time.monotonic() - t0
+                    except httpx.HTTPError:
+                        pass
                 time.sleep(1.0)
         finally:
             os.killpg(proc.pid, 15)

@@ -29,3 +29,17 @@ def forklift(*args: str, home: Path | None = None, timeout: float = 900, env: di
         [sys.executable, "-m", "forklift.cli.main", *args],
         capture_output=True, text=True, timeout=timeout, env=full_env, check=False,
     )
+
+
+def launch_of(recipe: object, model_path: str | None = None, **render_kw: object) -> object:
+    """render(plan) of a Recipe (or a bundled name), with the weights at ``model_path`` on every node; the plan
+    is forced, so layouts the planner would refuse still render (tests of render itself)."""
+    from forklift import recipe as recipes
+    from forklift.launch.render import render
+    from forklift.plan import for_launch
+    from forklift.recipe.schema import Recipe
+
+    r = recipe if isinstance(recipe, Recipe) else recipes.load(str(recipe))
+    if model_path is not None:
+        r = r.model_copy(update={"model": r.model.model_copy(update={"path": model_path})})
+    return render(for_launch(r, force=True), **render_kw)  # type: ignore[arg-type]

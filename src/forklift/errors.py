@@ -157,6 +157,16 @@ class PortInUseError(ForkliftError):
         super().__init__(message, fix=fix)
 
 
+class EndpointError(ForkliftError):
+    """The server could not be reached or answered something an OpenAI-compatible server does not."""
+
+    exit_code = 2
+
+
+class ApiKeyMissingError(EndpointError):
+    """The run needs an API key from an environment variable that is not set here."""
+
+
 class CheckError(ForkliftError):
     """An acceptance check could not run at all (unreachable endpoint, bad arguments).
 

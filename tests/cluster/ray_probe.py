@@ -16,23 +16,25 @@ import secrets
 import sys
 import time
 
-from forklift import recipe as recipes
 from forklift.cluster.hosts import runners_for
-from forklift.cluster.record import RunRecord
-from forklift.cluster.up import prepare_nodes, ray_node_count, start_ray_cluster
+from forklift.cluster.start import node_paths, prepare_nodes, ray_node_count, start_ray_cluster
 from forklift.launch.render import render
-from forklift.model.resolve import local_path
+from forklift.plan import for_launch
+from forklift.recipe import resolve
+from forklift.record import RunRecord
 from forklift.runner.ssh import default_ssh_config
 
 
 def main(path: str, name: str) -> None:
-    recipe = recipes.load(path)
+    plan = for_launch(resolve(path), force=True)
+    recipe = plan.deployment.recipe
     ssh_config = default_ssh_config()
     runners = runners_for(recipe, ssh_config=ssh_config)
     run_id = secrets.token_hex(6)
-    launch = render(recipe, local_path(recipe.model), run_id=run_id,
-                    node_paths=prepare_nodes(recipe, name, run_id, runners))
-    record = RunRecord(name=name, run_id=run_id, recipe=recipe.model_dump(mode="json"), launch=launch,
+    paths = node_paths(recipe, name, run_id, runners)
+    prepare_nodes(recipe, name, paths, runners)
+    launch = render(plan, run_id=run_id, node_paths=paths)
+    record = RunRecord(name=name, run_id=run_id, plan=plan, launch=launch,
                        endpoint=launch.endpoint, served_name=launch.served_name, ssh_config=ssh_config)
     record.save()
     t0 = time.monotonic()

@@ -39,7 +39,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     record = json.loads((home / "runs" / name / "record.json").read_text())
     try:
         yield Served(name=name, home=home, endpoint=info["endpoint"], served_name=info["served_name"], port=port,
-                     max_model_len=record["recipe"]["serve"]["max_model_len"],
+                     max_model_len=record["plan"]["deployment"]["recipe"]["serve"]["max_model_len"],
                      model_path=record["launch"]["model_path"])
     finally:
         forklift("down", name, home=home)

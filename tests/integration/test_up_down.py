@@ -55,7 +55,7 @@ def test_status_json_has_endpoint_and_alive_rank(served: Served) -> None:
 
 def test_record_holds_what_up_decided(served: Served) -> None:
     record = json.loads((served.home / "runs" / served.name / "record.json").read_text())
-    assert record["vllm_version"].endswith("+cpu")
+    assert record["pins"]["vllm_version"].endswith("+cpu") and record["schema_version"] == 2
     assert record["status"] == "ready"
     assert record["phases"]["ready"] >= record["phases"]["sizing KV cache"]
     head = record["launch"]["ranks"][0]

@@ -3,12 +3,12 @@ from __future__ import annotations
 import json
 
 from forklift import recipe as recipes
-from forklift.launch.render import render
+from tests.helpers import launch_of
 
 
 def test_single_node_cpu_render() -> None:
     r = recipes.load("default", ["serve.port=8123"])
-    launch = render(r, "/models/smol")
+    launch = launch_of(r, "/models/smol")
     assert len(launch.ranks) == 1
     rank = launch.head
     argv = rank.argv
@@ -27,7 +27,7 @@ def test_every_typed_knob_becomes_a_flag() -> None:
         "serve.reasoning_parser=glm45", "serve.speculative={method: mtp, num_speculative_tokens: 2}",
         "serve.extra_args=[--foo, bar]", "parallel.tp=2", "parallel.dcp=2",
     ])
-    argv = render(r, "/m").head.argv
+    argv = launch_of(r, "/m").head.argv
     pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1)}
     assert pairs["--gpu-memory-utilization"] == "0.9"
     assert pairs["--max-num-batched-tokens"] == "8192"
@@ -48,7 +48,7 @@ def test_native_multinode_orders_workers_first_head_last() -> None:
         "nodes=[{host: a, data_ip: 10.0.0.1, ssh: u@a}, {host: b, ssh: u@b}]", "parallel.pp=2",
         "network.master_port=29555", "network.nccl_socket_ifname=enp1",
     ])
-    launch = render(r, "/m")
+    launch = launch_of(r, "/m")
     assert [x.rank for x in launch.ranks] == [1, 0]
     worker, head = launch.ranks
     assert worker.headless and "--headless" in worker.argv and "--port" not in worker.argv
@@ -64,7 +64,7 @@ def test_native_multinode_orders_workers_first_head_last() -> None:
 
 def test_api_key_is_never_in_argv_or_env() -> None:
     r = recipes.load("default", ["serve.api_key_env=MY_KEY"])
-    rank = render(r, "/m").head
+    rank = launch_of(r, "/m").head
     assert rank.secret_env == {"VLLM_API_KEY": "MY_KEY"}
     assert "VLLM_API_KEY" not in rank.env and "--api-key" not in rank.argv
 
@@ -75,7 +75,7 @@ def test_node_env_applies_to_that_node_only() -> None:
         " {host: 127.0.0.1, env: {CUDA_VISIBLE_DEVICES: '1'}}]",
         "parallel.pp=2", "env.SHARED=on-both",
     ])
-    launch = render(r, "/m")
+    launch = launch_of(r, "/m")
     by_rank = {x.rank: x.env for x in launch.ranks}
     assert by_rank[0]["CUDA_VISIBLE_DEVICES"] == "0" and by_rank[1]["CUDA_VISIBLE_DEVICES"] == "1"
     assert by_rank[0]["SHARED"] == by_rank[1]["SHARED"] == "on-both"

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from forklift.cluster import record as records
-from forklift.errors import BenchError, ForkliftError
+from forklift import record as records
+from forklift.errors import BenchError
 
 
 @dataclass(frozen=True)
@@ -81,41 +80,18 @@ def from_record(name: str, *, model: str | None = None, tokenizer: str | None = 
     rec = records.load(name)
     api_key = os.environ.get(rec.api_key_env) if rec.api_key_env else None
     live = from_url(rec.endpoint, model=model or rec.served_name, api_key=api_key, timeout=timeout)
-    serve = rec.recipe.get("serve") if isinstance(rec.recipe.get("serve"), dict) else {}
-    max_len = live.max_model_len or (serve or {}).get("max_model_len")
+    max_len = live.max_model_len or rec.recipe.serve.max_model_len
     return Target(base_url=live.base_url, model=live.model, max_model_len=max_len,
                   tokenizer=tokenizer or rec.launch.model_path, run_name=rec.name, api_key=api_key,
                   roofline=planned_roofline(rec))
 
 
-def _decode_from_plan(plan: dict[str, Any]) -> float | None:
-    for holder in (plan, plan.get("roofline")):
-        if isinstance(holder, dict):
-            value = holder.get("decode_tok_s_single")
-            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-                return float(value)
-    return None
-
-
 def planned_roofline(rec: records.RunRecord) -> Roofline:
-    """``decode_tok_s_single`` from the record's plan, else from ``forklift.plan.make(recipe)``, else None."""
-    if rec.plan:
-        value = _decode_from_plan(rec.plan)
-        if value is not None:
-            return Roofline(value, "run record plan")
-    try:
-        plan_mod = importlib.import_module("forklift.plan")
-        make = getattr(plan_mod, "make", None)
-        if make is None:
-            return Roofline(None, "forklift.plan has no make() yet")
-        from forklift import recipe as recipes
-
-        plan = make(recipes.validate(rec.recipe, display=f"run {rec.name}"))
-        value = _decode_from_plan(plan.to_json())
-    except ForkliftError as exc:
-        return Roofline(None, f"planner refused the recipe: {exc.message}")
-    except Exception as exc:  # noqa: BLE001 - the planner is optional for bench; never fail a benchmark on it
-        return Roofline(None, f"planner failed: {type(exc).__name__}: {exc}")
-    if value is None:
+    """``decode_tok_s_single`` from the record's plan, or why there is none (a record never re-plans)."""
+    plan = rec.planned
+    if plan is None:
+        return Roofline(None, f"no plan in the run record: {getattr(rec.plan, 'error', 'unplanned')}")
+    value = plan.roofline.decode_tok_s_single
+    if value <= 0:
         return Roofline(None, "plan has no decode_tok_s_single")
-    return Roofline(value, "forklift.plan.make(recipe)")
+    return Roofline(value, "run record plan")

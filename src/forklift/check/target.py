@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from forklift.cluster.record import RunRecord
 from forklift.errors import CheckError, RunError
+from forklift.record import RunRecord
 
 # Recipe fields whose difference can change greedy output; parity names the ones that differ.
 SETTING_PATHS: tuple[str, ...] = (
@@ -117,21 +117,21 @@ def from_record(record: RunRecord, *, api_key_env: str | None = None,
                 environ: Mapping[str, str] | None = None) -> Target:
     """The target a run record describes; ``api_key_env`` overrides the record's."""
     env = os.environ if environ is None else environ
-    serve: dict[str, Any] = dict(record.recipe.get("serve") or {})
+    serve = record.recipe.serve
     var = api_key_env or record.api_key_env
     return Target(
         base_url=normalize_url(record.endpoint),
         model=record.served_name,
         api_key=_key_from_env(var, env, f"run '{record.name}'"),
         api_key_env=var,
-        max_model_len=serve.get("max_model_len"),
-        reasoning_parser=serve.get("reasoning_parser"),
-        tool_call_parser=serve.get("tool_call_parser"),
-        enable_auto_tool_choice=bool(serve.get("enable_auto_tool_choice", False)),
+        max_model_len=serve.max_model_len,
+        reasoning_parser=serve.reasoning_parser,
+        tool_call_parser=serve.tool_call_parser,
+        enable_auto_tool_choice=serve.enable_auto_tool_choice,
         model_path=record.launch.model_path,
         run_name=record.name,
-        bind_host=serve.get("host"),
-        settings=settings_of(record.recipe, record.vllm_version),
+        bind_host=serve.host,
+        settings=settings_of(record.recipe.model_dump(mode="json"), record.vllm_version),
     )
 
 
@@ -146,7 +146,7 @@ def from_url(url: str, *, model: str | None = None, api_key_env: str | None = No
 
 def reference_from(value: str, *, api_key_env: str | None = None) -> Path | Target:
     """``--reference``: a transcript file, a URL, or the name of another run."""
-    from forklift.cluster import record as records
+    from forklift import record as records
 
     path = Path(value).expanduser()
     if path.is_file():

@@ -12,9 +12,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from forklift import bench
+from forklift import record as records
 from forklift.bench.stats import Distribution
 from forklift.cli.common import JsonOpt, console, err_console, print_json
-from forklift.cluster import record as records
 from forklift.errors import BenchError
 
 

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
+from forklift import record as records
 from forklift.cli.common import JsonOpt, console, print_json
-from forklift.cluster import record as records
 from forklift.errors import ForkliftError
 
 

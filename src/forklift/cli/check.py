@@ -10,9 +10,9 @@ import typer
 from rich.table import Table
 
 from forklift import check
+from forklift import record as records
 from forklift.check.target import reference_from
 from forklift.cli.common import JsonOpt, NameArg, console, err_console, print_json
-from forklift.cluster import record as records
 from forklift.errors import CheckError
 
 _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}

@@ -22,6 +22,10 @@ SetOpt = Annotated[
 RecipeArg = Annotated[
     str | None, typer.Argument(help="Bundled recipe name or path to a recipe YAML (default: 'default').")
 ]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Go on when the plan says vLLM would reject the layout or "
+                                                       "the model does not fit.")]
+ApplyOpt = Annotated[bool, typer.Option("--apply", help="Take the plan's advice: the balanced PP split and the first "
+                                                       "step that makes it fit.")]
 NameOpt = Annotated[str | None, typer.Option("--name", "-n", help="Run name (default: the only run, or 'default').")]
 NameArg = Annotated[str | None, typer.Argument(help="Run name (default: the only run, or 'default').")]
 

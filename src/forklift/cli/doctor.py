@@ -23,8 +23,8 @@ def _file_lines(path: Path) -> Iterator[str]:
 
 
 def _run_lines(name: str) -> tuple[list[Iterator[str]], str | None]:
+    from forklift import record as records
     from forklift.cluster import down as ops
-    from forklift.cluster import record as records
 
     rec = records.load(name)
     sources: list[Iterator[str]] = []
@@ -41,7 +41,7 @@ def _run_lines(name: str) -> tuple[list[Iterator[str]], str | None]:
 
 def _sources(inputs: list[str]) -> tuple[list[Iterator[str]], str | None]:
     if not inputs:
-        from forklift.cluster import record as records
+        from forklift import record as records
 
         return _run_lines(records.resolve_name(None))
     sources: list[Iterator[str]] = []

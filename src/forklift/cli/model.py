@@ -7,14 +7,13 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from forklift import recipe as recipes
 from forklift.cli.common import JsonOpt, RecipeArg, SetOpt, console, print_json
 from forklift.cluster.hosts import runners_for
-from forklift.cluster.inventory import resolve as resolve_inventory
 from forklift.cluster.sync import sync
 from forklift.errors import ModelError
 from forklift.model import bundled
 from forklift.model.resolve import local_path
+from forklift.recipe import resolve
 from forklift.recipe.schema import BUNDLED_PREFIX
 from forklift.runner.ssh import default_ssh_config
 
@@ -52,7 +51,7 @@ def sync_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Copy the recipe's model to every node that lacks it (rsync over ssh); with PP only that node's shards."""
-    r = resolve_inventory(recipes.load(recipe, set_ or []))
+    r = resolve(recipe, set_ or []).recipe
     model_dir = local_path(r.model, prepare_bundled=True)
     result = sync(r, model_dir, runners_for(r, ssh_config=default_ssh_config()), dry_run=dry_run)
     if json_out:

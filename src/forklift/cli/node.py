@@ -17,7 +17,7 @@ from forklift.runner import LocalRunner, Runner
 from forklift.runner.ssh import SshRunner
 
 LOCAL = ("localhost", "local", "127.0.0.1")
-STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "skipped": "dim"}
+STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 
 NodesArg = Annotated[list[str] | None, typer.Argument(help="Nodes: 'localhost' or SSH targets (user@host[:port]).")]
 ProfileOpt = Annotated[str, typer.Option("--profile", "-p", help="gb10, default, a profile YAML, or auto.")]

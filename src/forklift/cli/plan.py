@@ -9,10 +9,10 @@ import typer
 from rich.table import Table
 
 from forklift import plan as planner
-from forklift import recipe as recipes
-from forklift.cli.common import JsonOpt, RecipeArg, SetOpt, console, print_json
+from forklift.cli.common import ApplyOpt, JsonOpt, RecipeArg, SetOpt, console, print_json
 from forklift.errors import DoesNotFitError
 from forklift.model import configs_index
+from forklift.recipe import resolve
 
 CalibrateOpt = Annotated[Path | None, typer.Option("--calibrate", help="Store the terms of this vLLM startup log.")]
 ListOpt = Annotated[bool, typer.Option("--list-configs", help="List the model configs bundled for planning.")]
@@ -21,16 +21,16 @@ VersionOpt = Annotated[str | None, typer.Option("--vllm-version", help="vLLM rel
 
 def plan_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = False,
              calibrate: CalibrateOpt = None, vllm_version: VersionOpt = None,
-             list_configs: ListOpt = False) -> None:
+             list_configs: ListOpt = False, apply: ApplyOpt = False) -> None:
     """Predict per-rank memory, KV tokens, max context and decode speed for a recipe."""
     if list_configs:
         for entry in configs_index.bundled_configs().values():
             console.print(f"[bold]{entry.name}[/]: {entry.note} (aliases: {', '.join(entry.aliases)})")
         return
-    resolved = recipes.load(recipe, set_ or [])
+    deployment = resolve(recipe, set_ or [])
     if calibrate is not None:
-        planner.calibrate_from_log(resolved, calibrate, vllm_version=vllm_version)
-    result = planner.make(resolved, vllm_version=vllm_version)
+        planner.calibrate_from_log(deployment, calibrate, vllm_version=vllm_version)
+    result = planner.make(deployment, vllm_version=vllm_version, apply=apply)
     if json_out:
         print_json(result.to_json())
     else:
@@ -58,6 +58,8 @@ def render(p: planner.Plan) -> None:
     rf = p.roofline
     console.print(f"decode <= {rf.decode_tok_s_single:.1f} tok/s single stream, <= {rf.decode_tok_s_aggregate:.1f} "
                   f"tok/s at {rf.concurrency} streams; prefill <= {rf.prefill_tok_s:,.0f} tok/s")
+    if p.decisions.applied:
+        console.print(f"[bold]applied[/]: {' '.join('--set ' + s for s in p.decisions.applied)}", highlight=False)
     for a in p.advice:
         console.print(f"[bold]advice[/]: {a.action}: {' '.join('--set ' + s for s in a.set)} -> {a.effect}",
                       markup=True, highlight=False)

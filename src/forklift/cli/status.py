@@ -7,9 +7,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from forklift import record as records
 from forklift.cli.common import JsonOpt, NameArg, console, print_json
 from forklift.cluster import down as ops
-from forklift.cluster import record as records
 from forklift.errors import RunNotFoundError
 
 

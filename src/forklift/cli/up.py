@@ -8,69 +8,49 @@ from typing import Annotated
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from forklift import recipe as recipes
-from forklift.cli.common import JsonOpt, NameOpt, RecipeArg, SetOpt, console, err_console, print_json
-from forklift.cluster.hosts import runners_for
-from forklift.cluster.inventory import resolve as resolve_inventory
+from forklift.cli.checks import print_checks, print_warnings
+from forklift.cli.common import (
+    ApplyOpt,
+    ForceOpt,
+    JsonOpt,
+    NameOpt,
+    RecipeArg,
+    SetOpt,
+    console,
+    err_console,
+    print_json,
+)
 from forklift.cluster.phases import PHASE_NAMES
-from forklift.cluster.preflight import PreflightReport
 from forklift.cluster.up import preflight, up
-from forklift.errors import NodeError
-from forklift.node import CheckResult
-from forklift.recipe.schema import Recipe
-from forklift.runner.fanout import fan_out
-from forklift.runner.ssh import default_ssh_config
+from forklift.plan import for_launch
+from forklift.recipe import resolve
 
 PreflightOpt = Annotated[bool, typer.Option("--preflight-only", help="Check every node, start nothing.")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Start even when the plan says it will not fit.")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Refuse when a node check warns (no guard or swap on "
                                                            "unified-memory nodes).")]
 
 
-def _node_checks(r: Recipe, strict: bool) -> None:
-    """`forklift node`'s preflight on every node: warn (or refuse with --strict) on unready hosts."""
-    from forklift.node import preflight as node_preflight
-    from forklift.node import resolve_profile
-
-    runners = runners_for(r, ssh_config=default_ssh_config())
-
-    def one(idx: int) -> list[CheckResult]:
-        name = "gb10" if r.nodes[idx].hardware == "gb10" else "auto"
-        return node_preflight(runners[idx], resolve_profile(runners[idx], name))
-
-    done = fan_out(((i, i) for i in runners), one)
-    warns = [c for res in done.results.values() for c in res if c.status in ("warn", "fail")]
-    for c in warns:
-        err_console.print(f"[yellow]warn[/] {c.host}: {c.name}: {c.summary}" + (f" (fix: {c.fix})" if c.fix else ""),
-                          highlight=False)
-    if strict and warns:
-        raise NodeError(f"{len(warns)} node check(s) warned and --strict is set",
-                        fix="Run `forklift node apply` on those nodes, or drop --strict.")
-
-
-def _print_report(report: PreflightReport) -> None:
-    colour = {"ok": "green", "warn": "yellow", "fail": "red"}
-    for c in report.checks:
-        console.print(f"[{colour[c.status]}]{c.status:4}[/] {c.node:16} {c.name:13} {c.detail}", highlight=False)
-        if c.fix and c.status != "ok":
-            console.print(f"     fix: {c.fix}", highlight=False)
+def _preflight_only(plan_name: str, recipe: str | None, sets: list[str], json_out: bool, force: bool) -> None:
+    plan = for_launch(resolve(recipe, sets), force=True)
+    pre = preflight(plan, plan_name)
+    if json_out:
+        print_json({"ok": pre.report.ok, "versions": pre.report.versions,
+                    "checks": [c.to_json() for c in pre.report.checks]})
+    else:
+        print_checks(pre.report.checks, title=f"preflight: {plan_name}")
+    pre.report.raise_if_failed()
 
 
 def up_cmd(recipe: RecipeArg = None, name: NameOpt = None, set_: SetOpt = None, json_out: JsonOpt = False,
-           preflight_only: PreflightOpt = False, force: ForceOpt = False, strict: StrictOpt = False) -> None:
+           preflight_only: PreflightOpt = False, force: ForceOpt = False, strict: StrictOpt = False,
+           apply: ApplyOpt = False) -> None:
     """Start the recipe's deployment, detached; exit 0 once a streamed chat completion returns a token."""
-    r = resolve_inventory(recipes.load(recipe, set_ or []))
-    run_name = name or r.name or "default"
+    deployment = resolve(recipe, set_ or [])
+    run_name = name or deployment.name
     if preflight_only:
-        pre = preflight(r, run_name, raise_on_failure=False)
-        if json_out:
-            print_json({"ok": pre.report.ok, "versions": pre.report.versions,
-                        "checks": [c.__dict__ for c in pre.report.checks]})
-        else:
-            _print_report(pre.report)
-        pre.report.raise_if_failed()
+        _preflight_only(run_name, recipe, set_ or [], json_out, force)
         return
-    _node_checks(r, strict)
+    plan = for_launch(deployment, force=force, apply=apply)
     t0 = time.monotonic()
     steps = ["preflight", "prepare", *PHASE_NAMES]
     with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), TextColumn("{task.fields[detail]}"),
@@ -83,13 +63,15 @@ def up_cmd(recipe: RecipeArg = None, name: NameOpt = None, set_: SetOpt = None, 
             if phase != "ready":
                 progress.log(f"[dim]{time.monotonic() - t0:6.1f}s[/] {phase} {detail}")
 
-        result = up(r, name=run_name, on_event=on_event, force=force)
+        result = up(plan, name=run_name, on_event=on_event, force=force, strict=strict)
         progress.update(task, completed=len(steps))
+    print_warnings(result.warnings)
     rec = result.record
     if json_out:
         print_json({"name": rec.name, "endpoint": rec.endpoint, "served_name": rec.served_name,
                     "ready_s": result.ready_s, "phases": result.phases, "first_token": result.first_token,
-                    "vllm_version": rec.vllm_version, "ranks": [x.model_dump() for x in rec.ranks]})
+                    "vllm_version": rec.vllm_version, "ranks": [x.model_dump() for x in rec.ranks],
+                    "warnings": [w.to_json() for w in result.warnings]})
         return
     console.print(f"[green]ready[/] {rec.name}: {rec.served_name} at {rec.endpoint}/v1 "
                   f"(vLLM {rec.vllm_version}, ready in {result.ready_s:.1f} s, first token {result.first_token!r})")

@@ -6,15 +6,14 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-import httpx
-
 from forklift.cluster import procs, remote
 from forklift.cluster.preflight import gpu_memory_used, listening_ports
-from forklift.cluster.record import RankState, RunRecord, save_status
-from forklift.cluster.up import _node_index, record_runners, stop_all
+from forklift.cluster.stop import record_runners, stop_all
+from forklift.endpoint import Endpoint
 from forklift.errors import ForkliftError, RunError
 from forklift.launch.docker import LABEL_RUN_ID
 from forklift.recipe.schema import Recipe
+from forklift.record import RankState, RunRecord, save_status
 from forklift.runner import Runner
 from forklift.runner.fanout import fan_out
 
@@ -37,7 +36,7 @@ class DownResult:
 
 
 def _leftover_containers(record: RunRecord, runners: Mapping[int, Runner]) -> list[str]:
-    hosts = sorted({_node_index(r) for r in record.ranks if r.container})
+    hosts = sorted({r.node for r in record.ranks if r.container})
     found: list[str] = []
     for idx in hosts:
         res = runners[idx].run(["docker", "ps", "-aq", "--filter", f"label={LABEL_RUN_ID}={record.run_id}"], timeout=60)
@@ -88,7 +87,7 @@ def down(record: RunRecord, *, grace_s: float | None = None,
     """Stop every process of the run on every host (by recorded pgid / container id, never by name), then
     verify nothing remains, the ports are free and accelerator memory is back. Idempotent."""
     t0 = time.monotonic()
-    recipe = Recipe.model_validate(record.recipe)
+    recipe = record.recipe
     grace = grace_s if grace_s is not None else recipe.timeouts.stop_s
     runners = runners or record_runners(record)
     alive = _alive(record, runners)
@@ -118,7 +117,7 @@ def down(record: RunRecord, *, grace_s: float | None = None,
 def _alive(record: RunRecord, runners: Mapping[int, Runner], roles: tuple[str, ...] = ("engine",)) -> list[int]:
     live = [r for r in record.ranks if r.pgid is not None and r.role in roles]
     done = fan_out(((i, r) for i, r in enumerate(live)),
-                   lambda r: procs.pgid_alive(runners[_node_index(r)], r.pgid or 0))
+                   lambda r: procs.pgid_alive(runners[r.node], r.pgid or 0))
     return sorted(r.rank for i, r in enumerate(live) if done.results.get(i))
 
 
@@ -158,10 +157,8 @@ def status(record: RunRecord, runners: Mapping[int, Runner] | None = None) -> St
     dead = [r.rank for r in engine if r.rank not in alive]
     healthy = False
     if alive:
-        try:
-            healthy = httpx.get(f"{record.endpoint}/health", timeout=3).status_code == 200
-        except httpx.HTTPError:
-            healthy = False
+        with Endpoint(record.endpoint) as endpoint:
+            healthy = endpoint.healthy(timeout=3)
     state: str = record.status
     if state in ("ready", "starting") and not alive:
         state = "dead"
@@ -189,14 +186,14 @@ def read_log(record: RunRecord, rank: int = 0, tail: int | None = None,
     """A rank's log, read on the host it runs on."""
     state = rank_state(record, rank)
     runners = runners or record_runners(record)
-    return remote.tail(runners[_node_index(state)], state.log_path, tail)
+    return remote.tail(runners[state.node], state.log_path, tail)
 
 
 def follow_log(record: RunRecord, rank: int = 0, poll_s: float = 0.5,
                runners: Mapping[int, Runner] | None = None) -> Iterator[str]:
     """Yield new lines as they are written (until the caller stops iterating)."""
     state = rank_state(record, rank)
-    runner = (runners or record_runners(record))[_node_index(state)]
+    runner = (runners or record_runners(record))[state.node]
     offset = 0
     while True:
         lines, offset = remote.read_from(runner, state.log_path, offset)

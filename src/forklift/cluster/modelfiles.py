@@ -8,10 +8,11 @@ and the listing of a remote host through a Runner.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from forklift.launch.layers import node_layer_ranges
 from forklift.model.files import HASHED, INDEX, Listing, files_per_node, local_listing, num_layers, weight_map
+from forklift.plan.layout import node_layer_ranges
 from forklift.recipe.schema import Recipe
 from forklift.runner import Runner
 
@@ -20,7 +21,7 @@ __all__ = ["HASHED", "INDEX", "Listing", "local_listing", "needed_files", "num_l
 
 def remote_listing(runner: Runner, path: str, *, timeout: float = 60) -> Listing | None:
     """The listing on a host, or None when the directory does not exist there."""
-    res = runner.run(["find", path, "-maxdepth", "1", "-type", "f", "-printf", "%s %P\\n"], timeout=timeout)
+    res = runner.run(["find", "-L", path, "-maxdepth", "1", "-type", "f", "-printf", "%s %P\\n"], timeout=timeout)
     if res.returncode != 0:
         return None
     out = Listing(path)
@@ -35,6 +36,21 @@ def remote_listing(runner: Runner, path: str, *, timeout: float = 60) -> Listing
             digest, _, fname = line.partition("  ")
             out.hashes[fname.rsplit("/", 1)[-1]] = digest
     return out
+
+
+def hub_snapshot(runner: Runner, repo_id: str, revision: str | None, hf_home: str) -> str | None:
+    """The snapshot folder of a hub id in a host's Hugging Face cache (``HF_HOME/hub``), or None when that
+    revision is not there. Read through the Runner, so it works for any node (and for a container's mount)."""
+    cache = f"{hf_home.rstrip('/')}/hub/models--{repo_id.replace('/', '--')}"
+    rev = revision or "main"
+    commit = rev if re.fullmatch(r"[0-9a-f]{40}", rev) else None
+    if commit is None:
+        res = runner.run(["cat", f"{cache}/refs/{rev}"], timeout=30)
+        commit = res.stdout.strip() if res.ok else None
+    if not commit:
+        return None
+    folder = f"{cache}/snapshots/{commit}"
+    return folder if runner.run(["test", "-e", f"{folder}/config.json"], timeout=30).ok else None
 
 
 def needed_files(model_dir: Path, recipe: Recipe, listing: Listing | None = None) -> dict[int, list[str]]:

@@ -10,39 +10,34 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
+from forklift.cluster import remote
 from forklift.cluster.engine import PROBE, vllm_version
 from forklift.cluster.modelfiles import HASHED, Listing, needed_files, remote_listing
 from forklift.cluster.procs import port_holder
 from forklift.errors import EngineNotInstalledError, ForkliftError, PreflightError, RunnerError
-from forklift.launch.render import python_for
+from forklift.launch.render import expand_home, python_for
 from forklift.recipe.schema import DockerRuntime, Recipe
+from forklift.results import CheckResult, Status
 from forklift.runner import Runner
 from forklift.runner.fanout import fan_out
 
-Status = Literal["ok", "warn", "fail"]
 GIB = 1024**3
 MIN_DISK_BYTES = 2 * GIB
 
 
-@dataclass(frozen=True)
-class NodeCheck:
-    node: str
-    name: str
-    status: Status
-    detail: str
-    fix: str | None = None
+def _c(host: str, name: str, status: Status, detail: str, fix: str | None = None) -> CheckResult:
+    return CheckResult(name, status, detail, fix=fix, host=host)
 
 
 @dataclass
 class PreflightReport:
-    checks: list[NodeCheck] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
     gpu_baseline_mib: dict[str, list[int]] = field(default_factory=dict)
 
     @property
-    def failures(self) -> list[NodeCheck]:
+    def failures(self) -> list[CheckResult]:
         return [c for c in self.checks if c.status == "fail"]
 
     @property
@@ -51,8 +46,8 @@ class PreflightReport:
 
     def raise_if_failed(self) -> None:
         if self.failures:
-            lines = [f"{c.node}: {c.name}: {c.detail}" for c in self.failures]
-            fixes = [f"{c.node}: {c.fix}" for c in self.failures if c.fix]
+            lines = [f"{c.host}: {c.id}: {c.summary}" for c in self.failures]
+            fixes = [f"{c.host}: {c.fix}" for c in self.failures if c.fix]
             raise PreflightError("preflight failed, nothing was started:\n  " + "\n  ".join(lines),
                                  failures=self.failures, fix=" ".join(fixes) or None)
 
@@ -67,7 +62,7 @@ class NodeFacts:
     disk_free: int | None
     listening: frozenset[int]
     gpu_used_mib: list[int]
-    checks: tuple[NodeCheck, ...]
+    checks: tuple[CheckResult, ...]
 
 
 def listening_ports(runner: Runner) -> frozenset[int]:
@@ -116,7 +111,9 @@ def _runtime_version(recipe: Recipe, runner: Runner) -> str:
             raise EngineNotInstalledError(f"{runner.host}: docker image {rt.image} is not present "
                                           f"({res.stderr.strip()[-200:]})",
                                           fix=f"Pull it there first: `docker pull {rt.image}`.")
-        mounts = [arg for m in rt.mounts for arg in ("-v", m)]  # the recipe's mounts may carry the Python
+            home: str = remote.home_dir(runner) if any(m.host.startswith("~") for m in rt.mounts) else "~"
+        mounts = [arg for m in rt.mounts for arg in  # the recipe's mounts may carry the Python
+                  ("-v", f"{expand_home(m.host, home)}:{m.container}" + (":ro" if m.read_only else ""))]
         probe = runner.run(["docker", "run", "--rm", *mounts, "--entrypoint", rt.python, rt.image, "-c", PROBE],
                            timeout=300)
         dist, _, version = probe.stdout.strip().partition(" ")
@@ -127,45 +124,45 @@ def _runtime_version(recipe: Recipe, runner: Runner) -> str:
     return vllm_version(runner, python_for(recipe))
 
 
-def _port_taken(runner: Runner, host: str, port: int) -> NodeCheck:
+def _port_taken(runner: Runner, host: str, port: int) -> CheckResult:
     """The failure for a port already listening on host, naming the process that holds it where visible."""
     holder = port_holder(runner, port)
     if holder is None:
-        return NodeCheck(host, "ports", "fail", f"port {port} is already in use on {host}",
+        return _c(host, "ports", "fail", f"port {port} is already in use on {host}",
                          f"Stop what listens on {port} there, or pick another port in the recipe.")
-    return NodeCheck(host, "ports", "fail", f"port {port} is already in use on {host}, held by {holder}",
+    return _c(host, "ports", "fail", f"port {port} is already in use on {host}, held by {holder}",
                      f"Stop pid {holder.pid} on {host} (it listens on {port}), or pick another port in the recipe.")
 
 
 def _gather(recipe: Recipe, idx: int, runner: Runner, model_path: str, ports: Sequence[int]) -> NodeFacts:
     host = recipe.nodes[idx].host
-    checks: list[NodeCheck] = []
+    checks: list[CheckResult] = []
     runner.run(["true"], timeout=recipe.timeouts.ssh_s).check()  # reachability: raises naming the host
-    checks.append(NodeCheck(host, "reachable", "ok", f"via {recipe.nodes[idx].ssh or 'local'}"))
+    checks.append(_c(host, "reachable", "ok", f"via {recipe.nodes[idx].ssh or 'local'}"))
     version: str | None = None
     try:
         version = _runtime_version(recipe, runner)
-        checks.append(NodeCheck(host, "runtime", "ok", f"vLLM {version}"))
+        checks.append(_c(host, "runtime", "ok", f"vLLM {version}"))
     except EngineNotInstalledError as exc:
-        checks.append(NodeCheck(host, "runtime", "fail", exc.message, exc.fix))
+        checks.append(_c(host, "runtime", "fail", exc.message, exc.fix))
     listing = remote_listing(runner, model_path)
     listening = listening_ports(runner)
     taken = [p for p in ports if p in listening]
     for p in taken:
         checks.append(_port_taken(runner, host, p))
     if ports and not taken:
-        checks.append(NodeCheck(host, "ports", "ok", f"free: {', '.join(map(str, ports))}"))
+        checks.append(_c(host, "ports", "ok", f"free: {', '.join(map(str, ports))}"))
     return NodeFacts(version, listing, _meminfo(runner), _disk_free(runner, "/tmp"), listening,
                      gpu_memory_used(runner), tuple(checks))
 
 
 def _model_checks(recipe: Recipe, facts: Mapping[int, NodeFacts], paths: Mapping[int, str],
-                  reference: Listing, need: Mapping[int, list[str]]) -> list[NodeCheck]:
-    out: list[NodeCheck] = []
+                  reference: Listing, need: Mapping[int, list[str]]) -> list[CheckResult]:
+    out: list[CheckResult] = []
     for idx, f in facts.items():
         host = recipe.nodes[idx].host
         if f.listing is None or "config.json" not in f.listing.sizes:
-            out.append(NodeCheck(host, "model", "fail", f"model missing at {paths[idx]} on {host}",
+            out.append(_c(host, "model", "fail", f"model missing at {paths[idx]} on {host}",
                                  f"Copy it there: `forklift model sync {recipe.name or 'RECIPE'}`."))
             continue
         missing = [n for n in need[idx] if n not in f.listing.sizes]
@@ -177,17 +174,17 @@ def _model_checks(recipe: Recipe, facts: Mapping[int, NodeFacts], paths: Mapping
             detail = "; ".join(x for x in (
                 f"missing {', '.join(missing[:5])}" if missing else "",
                 f"differs from {reference.path}: {', '.join(sorted(set(differ))[:5])}" if differ else "") if x)
-            out.append(NodeCheck(host, "model", "fail", f"model at {paths[idx]} on {host}: {detail}",
+            out.append(_c(host, "model", "fail", f"model at {paths[idx]} on {host}: {detail}",
                                  f"Re-sync it: `forklift model sync {recipe.name or 'RECIPE'}`."))
         else:
             size = sum(f.listing.sizes[n] for n in need[idx])
-            out.append(NodeCheck(host, "model", "ok", f"{len(need[idx])} files, {size / GIB:.2f} GiB"))
+            out.append(_c(host, "model", "ok", f"{len(need[idx])} files, {size / GIB:.2f} GiB"))
     return out
 
 
 def _resource_checks(recipe: Recipe, facts: Mapping[int, NodeFacts], reference: Listing,
-                     need: Mapping[int, list[str]]) -> list[NodeCheck]:
-    out: list[NodeCheck] = []
+                     need: Mapping[int, list[str]]) -> list[CheckResult]:
+    out: list[CheckResult] = []
     for idx, f in facts.items():
         node = recipe.nodes[idx]
         weights = sum(reference.sizes.get(n, 0) for n in need[idx] if n.endswith(".safetensors"))
@@ -195,24 +192,24 @@ def _resource_checks(recipe: Recipe, facts: Mapping[int, NodeFacts], reference: 
         want = weights + kv
         if f.mem_available is not None and node.hardware == "cpu":
             status: Status = "fail" if f.mem_available < want else "ok"
-            out.append(NodeCheck(node.host, "memory", status,
+            out.append(_c(node.host, "memory", status,
                                  f"{f.mem_available / GIB:.1f} GiB available, weights+KV need {want / GIB:.1f} GiB",
                                  "Free memory on that node or lower serve.cpu_kv_cache_gib." if status == "fail"
                                  else None))
         if f.disk_free is not None:
             status = "fail" if f.disk_free < MIN_DISK_BYTES else "ok"
-            out.append(NodeCheck(node.host, "disk", status, f"{f.disk_free / GIB:.1f} GiB free for logs",
+            out.append(_c(node.host, "disk", status, f"{f.disk_free / GIB:.1f} GiB free for logs",
                                  "Free some disk space for logs and caches." if status == "fail" else None))
     return out
 
 
-def _version_checks(recipe: Recipe, facts: Mapping[int, NodeFacts]) -> list[NodeCheck]:
+def _version_checks(recipe: Recipe, facts: Mapping[int, NodeFacts]) -> list[CheckResult]:
     versions = {recipe.nodes[i].host: f.version for i, f in facts.items() if f.version}
     if len(set(versions.values())) <= 1:
         return []
     head_v = versions.get(recipe.head.host) or next(iter(versions.values()))
     odd = [f"{h} has vLLM {v}" for h, v in versions.items() if v != head_v]
-    return [NodeCheck(h, "vllm version", "fail",
+    return [_c(h, "vllm version", "fail",
                       f"vLLM versions differ: {recipe.head.host} has {head_v}, {'; '.join(odd)}",
                       f"Install vLLM {head_v} on {h} (every node must run the same version).")
             for h, v in versions.items() if v != head_v]
@@ -227,13 +224,15 @@ def ports_for(recipe: Recipe, idx: int) -> list[int]:
     return ports
 
 
-def run_preflight(recipe: Recipe, runners: Mapping[int, Runner], model_dir: Path,
+def run_preflight(recipe: Recipe, runners: Mapping[int, Runner], paths: Mapping[int, str],
                   reference: Listing | None = None) -> PreflightReport:
-    """Check every node in parallel; the report holds one line per node and check (never raises for a node)."""
+    """Check every node in parallel; the report holds one line per node and check (never raises for a node).
+
+    ``paths[i]`` is where node i's weights are (host path; a hub id's snapshot in that node's HF cache);
+    ``reference`` the listing to compare with (this machine's copy), else the first node's."""
     report = PreflightReport()
-    paths = {i: n.model_path or str(model_dir) for i, n in enumerate(recipe.nodes)}
     if not recipe.head.is_local and recipe.serve.host in ("127.0.0.1", "localhost"):
-        report.checks.append(NodeCheck(recipe.head.host, "serve.host", "fail",
+        report.checks.append(_c(recipe.head.host, "serve.host", "fail",
                                        f"the head is remote but serve.host is {recipe.serve.host}: "
                                        "forklift (and clients) could not reach the API",
                                        "Set serve.host to the head's data_ip or 0.0.0.0."))
@@ -242,7 +241,7 @@ def run_preflight(recipe: Recipe, runners: Mapping[int, Runner], model_dir: Path
     for i, exc in gathered.errors.items():
         host = recipe.nodes[i].host
         fix = exc.fix if isinstance(exc, ForkliftError) else None
-        report.checks.append(NodeCheck(host, "reachable", "fail", str(exc), fix))
+        report.checks.append(_c(host, "reachable", "fail", str(exc), fix))
     facts = gathered.results
     for f in facts.values():
         report.checks.extend(f.checks)

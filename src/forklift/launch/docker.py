@@ -38,7 +38,7 @@ def docker_argv(
     ]
     if rt.gpus:
         argv += ["--gpus", rt.gpus]
-    for m in [*mounts, *rt.mounts]:
+    for m in mounts:
         argv += ["-v", m]
     for k, v in env.items():
         argv += ["-e", f"{k}={v}"]

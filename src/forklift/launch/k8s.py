@@ -8,7 +8,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from forklift.launch.render import engine_args, rank_env
+from forklift.errors import RecipeError
+from forklift.launch.flags import engine_args, rank_env
+from forklift.launch.render import model_paths
+from forklift.plan.model import Decisions, Plan, Unplanned
 from forklift.recipe.schema import DockerRuntime, Recipe
 
 DEFAULT_IMAGE = "vllm/vllm-openai:latest"
@@ -20,9 +23,9 @@ def k8s_name(text: str) -> str:
     return (name or "forklift")[:50].rstrip("-")
 
 
-def _container(recipe: Recipe, image: str, model_path: str, *, leader: bool) -> dict[str, Any]:
+def _container(recipe: Recipe, decisions: Decisions, image: str, model_path: str, *, leader: bool) -> dict[str, Any]:
     nnodes = len(recipe.nodes)
-    args = engine_args(recipe, model_path)[1:]  # without the leading "serve"
+    args = engine_args(recipe, decisions, model_path)[1:]  # without the leading "serve"
     if nnodes > 1:
         if recipe.parallel.backend == "ray":
             args += ["--distributed-executor-backend", "ray"]
@@ -33,7 +36,7 @@ def _container(recipe: Recipe, image: str, model_path: str, *, leader: bool) -> 
         args += ["--host", "0.0.0.0", "--port", str(recipe.serve.port)]  # noqa: S104 - inside the pod
     else:
         args.append("--headless")
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(rank_env(recipe).items())]
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(rank_env(recipe, decisions).items())]
     if recipe.serve.api_key_env and leader:
         env.append({"name": "VLLM_API_KEY",
                     "valueFrom": {"secretKeyRef": {"name": k8s_name(recipe.name or "forklift") + "-api-key",
@@ -57,20 +60,28 @@ def _container(recipe: Recipe, image: str, model_path: str, *, leader: bool) -> 
     return container
 
 
-def _pod(recipe: Recipe, image: str, model_path: str, *, leader: bool) -> dict[str, Any]:
+def _pod(recipe: Recipe, decisions: Decisions, image: str, model_path: str, *, leader: bool) -> dict[str, Any]:
     return {
         "metadata": {"labels": {"app.kubernetes.io/name": k8s_name(recipe.name or "forklift"),
                                 "forklift/role": "leader" if leader else "worker"}},
         "spec": {
-            "containers": [_container(recipe, image, model_path, leader=leader)],
+            "containers": [_container(recipe, decisions, image, model_path, leader=leader)],
             "volumes": [{"name": "model", "hostPath": {"path": model_path, "type": "Directory"}},
                         {"name": "dshm", "emptyDir": {"medium": "Memory"}}],
         },
     }
 
 
-def leader_worker_set(recipe: Recipe, model_path: str, *, image: str | None = None) -> dict[str, Any]:
-    """The LeaderWorkerSet manifest (a plain dict; dump it as YAML or JSON)."""
+def leader_worker_set(plan: Plan | Unplanned, *, image: str | None = None) -> dict[str, Any]:
+    """The LeaderWorkerSet manifest (a plain dict; dump it as YAML or JSON). The model is a hostPath volume
+    mounted at the same path in the pod, so it must be an absolute path on the nodes."""
+    recipe = plan.deployment.recipe
+    host_path, _ = model_paths(recipe, 0, "~")
+    if host_path is None or not host_path.startswith("/"):
+        where = host_path or recipe.model.source
+        raise RecipeError(f"--format k8s needs the model at an absolute path on the nodes, not {where!r}",
+                          fix="Set model.path to an absolute path, e.g. --set model.path=/models/NAME.")
+    model_path = host_path
     rt = recipe.runtime
     image = image or (rt.image if isinstance(rt, DockerRuntime) else DEFAULT_IMAGE)
     name = k8s_name(recipe.name or "forklift")
@@ -84,8 +95,8 @@ def leader_worker_set(recipe: Recipe, model_path: str, *, image: str | None = No
             "leaderWorkerTemplate": {
                 "size": len(recipe.nodes),
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": _pod(recipe, image, model_path, leader=True),
-                "workerTemplate": _pod(recipe, image, model_path, leader=False),
+                "leaderTemplate": _pod(recipe, plan.decisions, image, model_path, leader=True),
+                "workerTemplate": _pod(recipe, plan.decisions, image, model_path, leader=False),
             },
         },
     }

@@ -28,6 +28,8 @@ class RankLaunch(BaseModel):
     """Docker runtime: the container's name (``docker rm -f`` target in ``down``)."""
     run_dir: str | None = None
     """Directory on the node for this run's logs and the copied launcher."""
+    model_path: str | None = None
+    """Where the weights are on this node (host path); None for a hub id read from the node's HF cache."""
 
     @property
     def log_name(self) -> str:
@@ -52,6 +54,7 @@ class Launch(BaseModel):
     endpoint: str
     served_name: str
     model_path: str
+    """The model argument the head's vLLM gets (a path, or a hub id)."""
     port: int
     runtime: str
     run_id: str | None = None

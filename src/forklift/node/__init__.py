@@ -17,8 +17,8 @@ from forklift.node.api import (
     start_guard,
 )
 from forklift.node.apply import ApplyPlan, ApplyResult, NodeState, Step
-from forklift.node.checks import CheckResult, worst
 from forklift.node.profile import NodeProfile, bundled_names, load_profile
+from forklift.results import CheckResult, worst
 
 __all__ = [
     "ApplyPlan",

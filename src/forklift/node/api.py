@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from forklift.errors import NodeError, RunnerError
 from forklift.node import facts as F
 from forklift.node.apply import ApplyPlan, ApplyResult, NodeState, execute, load_state, plan_apply, plan_revert
-from forklift.node.checks import CheckResult, guard_result, run_checks
+from forklift.node.checks import guard_result, run_checks
 from forklift.node.profile import NodeProfile, load_profile
+from forklift.results import CheckResult
 from forklift.runner import Runner
 
 AUTO = "auto"
@@ -90,12 +91,12 @@ def preflight(runner: Runner, profile: NodeProfile) -> list[CheckResult]:
     out = []
     for name, res in wanted.items():
         if not profile.unified_memory:
-            out.append(CheckResult(name, "skipped", f"{res.summary} (not a unified-memory node)", res.evidence,
+            out.append(CheckResult(name, "skip", f"{res.summary} (not a unified-memory node)", res.details,
                                    host=runner.host))
         elif res.status == "fail":
-            out.append(CheckResult(name, "warn", res.summary, res.evidence, res.fix, host=runner.host))
+            out.append(CheckResult(name, "warn", res.summary, res.details, res.fix, host=runner.host))
         else:
-            out.append(CheckResult(name, res.status, res.summary, res.evidence, res.fix, host=runner.host))
+            out.append(CheckResult(name, res.status, res.summary, res.details, res.fix, host=runner.host))
     return out
 
 

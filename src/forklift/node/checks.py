@@ -7,8 +7,7 @@ reads those facts. The same result shape serves ``node check``, ``up``'s preflig
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from forklift.node.facts import (
     FSTAB,
@@ -26,31 +25,9 @@ from forklift.node.facts import (
     parse_sysctl_conf,
 )
 from forklift.node.profile import GIB, DisplayManagerSpec, GuardSpec, NodeProfile, SwapSpec
+from forklift.results import CheckResult, Status
 
-Status = Literal["ok", "warn", "fail", "skipped"]
-STATUS_ORDER: dict[Status, int] = {"ok": 0, "skipped": 0, "warn": 1, "fail": 2}
 HEARTBEAT_SLACK_S = 5.0
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """One item checked on one node: a verdict, a one-line summary, the numbers behind it, the fix."""
-
-    name: str
-    status: Status
-    summary: str
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-    fix: str | None = None
-    host: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["evidence"] = dict(self.evidence)
-        return data
-
-
-def worst(results: list[CheckResult]) -> Status:
-    return max((r.status for r in results), key=lambda s: STATUS_ORDER[s], default="ok")
 
 
 def _gib(n: float | int | None) -> str:
@@ -61,7 +38,7 @@ def check_sysctl(key: str, want: int | None, live: str | None, persisted: str | 
     name = f"sysctl {key}"
     ev: dict[str, Any] = {"live": live, "want": want, "persisted": persisted, "file": file}
     if want is None:
-        return CheckResult(name, "skipped", f"{live if live is not None else 'absent'} (profile sets no value)", ev)
+        return CheckResult(name, "skip", f"{live if live is not None else 'absent'} (profile sets no value)", ev)
     if live is None:
         return CheckResult(name, "warn", "not present on this kernel", ev)
     if live.strip() == str(want):
@@ -80,7 +57,7 @@ def check_swap(spec: SwapSpec | None, swaps: tuple[SwapArea, ...], swap_file: Sw
     total = sum(s.size_bytes for s in swaps)
     ev: dict[str, Any] = {"active_bytes": total, "areas": [s.path for s in swaps]}
     if spec is None:
-        return CheckResult("swap", "skipped", f"{_gib(total)} active (profile asks for none)", ev)
+        return CheckResult("swap", "skip", f"{_gib(total)} active (profile asks for none)", ev)
     ev.update(want_bytes=spec.size_bytes, path=spec.path, fstab_entries=len(fstab_entries(fstab, spec.path)))
     if swap_file is not None:
         ev.update(file_bytes=swap_file.size_bytes, file_mode=swap_file.mode, file_is_swap=swap_file.is_swap)
@@ -101,7 +78,7 @@ def check_guard(spec: GuardSpec, *, installed: bool, unit: UnitFact | None, hear
     if unit is not None:
         ev.update(unit_enabled=unit.enabled, unit_active=unit.active)
     if not spec.enabled:
-        return CheckResult("guard", "skipped", "disabled in the profile", ev)
+        return CheckResult("guard", "skip", "disabled in the profile", ev)
     start_fix = (f"systemctl restart {GUARD_UNIT}; journalctl -u {GUARD_UNIT} -n 50" if has_systemd
                  else "no systemd on this host: run `forklift node guard --foreground` (keep it running)")
     if heartbeat is not None:
@@ -126,14 +103,14 @@ def check_guard(spec: GuardSpec, *, installed: bool, unit: UnitFact | None, hear
     if installed or (unit is not None and unit.enabled not in ("not-found", "")):
         state = f", unit {unit.active}" if unit is not None else ""
         return CheckResult("guard", "fail", f"installed but not running ({heartbeat_error}{state})", ev, fix=start_fix)
-    status: Status = "fail" if spec.required else "skipped"
+    status: Status = "fail" if spec.required else "skip"
     return CheckResult("guard", status, "not installed" + ("" if spec.required else " (optional for this profile)"),
                        ev, fix="forklift node apply")
 
 
 def check_display_manager(spec: DisplayManagerSpec, unit: UnitFact | None, *, unified_memory: bool) -> CheckResult:
     if unit is None:
-        return CheckResult("display manager", "skipped", "no systemd: cannot tell", {})
+        return CheckResult("display manager", "skip", "no systemd: cannot tell", {})
     ev = {"unit": spec.unit, "active": unit.active, "enabled": unit.enabled}
     if unit.active in ("active", "activating"):
         if spec.stop or unified_memory:
@@ -184,7 +161,7 @@ def run_checks(facts: NodeFacts, profile: NodeProfile) -> list[CheckResult]:
     results.append(check_page_cache(facts.meminfo, warn_fraction=profile.page_cache_warn_fraction,
                                     unified_memory=profile.unified_memory))
     results.append(check_other_guards(facts.other_guards))
-    return [CheckResult(r.name, r.status, r.summary, r.evidence, r.fix, host=facts.host) for r in results]
+    return [CheckResult(r.name, r.status, r.summary, r.details, r.fix, host=facts.host) for r in results]
 
 
 def guard_result(facts: NodeFacts, profile: NodeProfile) -> CheckResult:

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from forklift.errors import PlanError
 from forklift.model.checkpoint import StoredTensor, read_headers
 from forklift.model.quant import QuantScheme, format_bytes
 from forklift.model.spec import ModelSpec, Tensor
@@ -21,58 +20,6 @@ _FP8_DS_MLA_BYTES = 656  # 512 fp8 latent + 4 fp32 scales + 64 bf16 rope
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-# --------------------------------------------------------------------------------------------- layout
-
-
-def pp_partition(num_layers: int, pp: int) -> list[int]:
-    """Layers per stage exactly as vLLM's ``get_pp_indices`` splits them (no VLLM_PP_LAYER_PARTITION)."""
-    if pp > num_layers:
-        raise PlanError(
-            f"pp={pp} is larger than the model's {num_layers} layers",
-            fix=f"Use pp <= {num_layers} (one stage per node is usual).",
-        )
-    parts = [num_layers // pp] * pp
-    for i in range(2, num_layers % pp + 2):  # the remainder goes to all but the last stage, from the back
-        parts[-i] += 1
-    return parts
-
-
-def check_parallel(spec: ModelSpec, tp: int, pp: int, dcp: int) -> None:
-    """vLLM's own checks on the parallel layout, as PlanErrors with a fix."""
-    if spec.num_heads % tp:
-        divisors = [d for d in range(1, spec.num_heads + 1) if spec.num_heads % d == 0 and d <= 16]
-        raise PlanError(
-            f"tp={tp} does not divide the model's {spec.num_heads} attention heads",
-            fix=f"Use a tp that divides {spec.num_heads}: {', '.join(map(str, divisors))}.",
-        )
-    kv = spec.num_kv_heads
-    if spec.attention == "gqa" and (tp % kv if tp > kv else kv % tp):
-        raise PlanError(
-            f"tp={tp} and the model's {kv} KV heads do not divide one another",
-            fix=f"Use a tp that divides {kv}, or a multiple of {kv}.",
-        )
-    if pp > spec.num_layers:
-        pp_partition(spec.num_layers, pp)
-    if dcp > 1:
-        if tp % dcp:
-            raise PlanError(f"dcp={dcp} must divide tp={tp}", fix="Set parallel.dcp to a divisor of parallel.tp.")
-        limit = tp if spec.attention == "mla" else max(1, tp // kv)
-        if dcp > limit:
-            raise PlanError(
-                f"dcp={dcp} is larger than vLLM allows here ({limit}: tp / KV heads for GQA, tp for MLA)",
-                fix=f"Use dcp <= {limit}.",
-            )
-
-
-def stage_layers(partition: Sequence[int]) -> list[tuple[int, int]]:
-    out = []
-    start = 0
-    for n in partition:
-        out.append((start, start + n))
-        start += n
-    return out
 
 
 # --------------------------------------------------------------------------------------------- weights

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+from forklift.recipe.deployment import Deployment
 
 
 class _Frozen(BaseModel):
@@ -79,9 +81,39 @@ class ModelFiles(_Frozen):
     nodes: list[NodeFiles]
 
 
-class Plan(_Frozen):
-    """What ``forklift plan`` predicts for a recipe. Build with ``forklift.plan.make``."""
+class Decisions(_Frozen):
+    """What the plan decided that reaches the vLLM argv through the plan (``render`` reads these, never the
+    recipe's copy): the layer split, an explicit KV budget, and the advice ``--apply`` took."""
 
+    pp_layer_partition: list[int] | None = None
+    """Sent as VLLM_PP_LAYER_PARTITION (None: vLLM's even split)."""
+    kv_cache_memory_bytes: int | None = None
+    """Sent as --kv-cache-memory-bytes (None: vLLM profiles and sizes the pool itself)."""
+    applied: list[str] = Field(default_factory=list)
+    """--set items taken from the plan's advice with --apply (already in the plan's deployment)."""
+
+
+class Unplanned(_Frozen):
+    """No plan: the planner cannot describe the model or hardware (or a forced start over a layout error).
+    ``render`` and ``up`` still work from it; the run record keeps the reason."""
+
+    kind: Literal["unplanned"] = "unplanned"
+    deployment: Deployment
+    decisions: Decisions
+    error: str
+    error_type: str
+    forced: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"deployment"})
+
+
+class Plan(_Frozen):
+    """What ``forklift plan`` predicts for a deployment. Build with ``forklift.plan.make``."""
+
+    kind: Literal["plan"] = "plan"
+    deployment: Deployment
+    decisions: Decisions
     model: str
     architecture: str
     config_origin: str
@@ -120,8 +152,9 @@ class Plan(_Frozen):
         return self.roofline.decode_tok_s_single
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready dict: the issue's keys first (model, fits, kv_tokens, ...), then the rest."""
-        data = self.model_dump(mode="json")
+        """JSON-ready dict: the headline keys first (model, fits, kv_tokens, ...), then the rest (the deployment
+        itself is left out: ``forklift recipe show`` prints it)."""
+        data = self.model_dump(mode="json", exclude={"deployment", "kind"})
         head = {
             "model": data.pop("model"),
             "fits": data.pop("fits"),

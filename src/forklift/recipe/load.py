@@ -37,7 +37,7 @@ def _read_source(ref: str, relative_to: Path | None) -> tuple[str, str, str]:
     candidates.append(as_path)
     for cand in candidates:
         if cand.is_file():
-            return str(cand), cand.read_text(), str(cand.parent.resolve())
+            return str(cand), read_text(cand), str(cand.parent.resolve())
     if ref in bundled_names():
         text = (resources.files("forklift.recipe") / "recipes" / f"{ref}.yaml").read_text()
         return f"bundled:{ref}", text, ""
@@ -49,12 +49,39 @@ def _read_source(ref: str, relative_to: Path | None) -> tuple[str, str, str]:
     )
 
 
+MAX_RECIPE_BYTES = 1024 * 1024
+
+
+def read_text(path: Path) -> str:
+    """A recipe or cluster file as text: UTF-8, not binary, not huge; anything else is a RecipeError."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise RecipeError(f"{path}: cannot read: {exc.strerror or exc}", source=str(path),
+                          fix="Check the path and its permissions.") from exc
+    if len(raw) > MAX_RECIPE_BYTES:
+        raise RecipeError(f"{path}: {len(raw):,} bytes is too large for a recipe (limit {MAX_RECIPE_BYTES:,})",
+                          source=str(path), fix="Pass the recipe YAML file, not a model or log file.")
+    if b"\0" in raw:
+        raise RecipeError(f"{path}: a binary file, not a YAML recipe", source=str(path),
+                          fix="Pass a recipe YAML file (`forklift recipe list` shows the bundled ones).")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+                          source=str(path),
+                          fix=f"Save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 {path}`).") from None
+
+
 def _parse_yaml(display: str, text: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise RecipeError(f"{display}: not valid YAML: {exc}", source=display,
                           fix="Fix the YAML syntax at the position shown.") from exc
+    except RecursionError:
+        raise RecipeError(f"{display}: nested too deeply to be a recipe", source=display,
+                          fix="A recipe is a few levels of mappings (model:, serve:, nodes: ...).") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -93,17 +120,21 @@ def _resolve_raw(ref: str, relative_to: Path | None, seen: list[str]) -> tuple[s
     return display, merged
 
 
+SET_EXAMPLES = ("Examples: --set serve.port=8001; a list: --set 'patches=[kv-scale-loader-args]' or one entry: "
+                "--set patches.0=kv-scale-loader-args; a node's field: --set nodes.1.data_ip=10.0.0.2.")
+
+
 def parse_override(item: str) -> tuple[list[str], Any]:
     """``a.b=value`` -> (["a", "b"], value parsed as YAML scalar/list)."""
     if "=" not in item:
-        raise RecipeError(f"--set {item!r}: expected KEY.PATH=VALUE", fix="Example: --set serve.port=8001")
+        raise RecipeError(f"--set {item!r}: expected KEY.PATH=VALUE", fix=SET_EXAMPLES)
     key, _, raw = item.partition("=")
     path = [p for p in key.strip().split(".") if p]
     if not path:
-        raise RecipeError(f"--set {item!r}: empty key", fix="Example: --set serve.max_model_len=4096")
+        raise RecipeError(f"--set {item!r}: empty key", fix=SET_EXAMPLES)
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         value = raw
     return path, value
 
@@ -119,7 +150,8 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
                     cursor = cursor[int(part)]
                     continue
                 except (ValueError, IndexError) as exc:
-                    raise RecipeError(f"--set {item}: '{'.'.join(path[: i + 1])}' is not a list index") from exc
+                    raise RecipeError(f"--set {item}: '{'.'.join(path[: i + 1])}' is not an index of that list "
+                                      f"(it has {len(cursor)} entries)", fix=SET_EXAMPLES) from exc
             nxt = cursor.get(part)
             if not isinstance(nxt, dict | list):
                 nxt = {}
@@ -128,9 +160,16 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
         last = path[-1]
         if isinstance(cursor, list):
             try:
-                cursor[int(last)] = value
-            except (ValueError, IndexError) as exc:
-                raise RecipeError(f"--set {item}: '{last}' is not a valid list index") from exc
+                index = int(last)
+            except ValueError as exc:
+                raise RecipeError(f"--set {item}: '{last}' is not a list index", fix=SET_EXAMPLES) from exc
+            if index == len(cursor):
+                cursor.append(value)  # --set patches.N=x appends at the end
+            elif 0 <= index < len(cursor):
+                cursor[index] = value
+            else:
+                raise RecipeError(f"--set {item}: index {index} is past the end of a list of {len(cursor)}",
+                                  fix=SET_EXAMPLES)
         else:
             cursor[last] = value
     return out
@@ -175,7 +214,17 @@ def _unwrap(annotation: Any, loc: Sequence[int | str]) -> Any:
     return models[0] if models else None
 
 
-def format_validation_error(display: str, exc: ValidationError) -> RecipeError:
+def _override_for(loc: Sequence[int | str], overrides: Sequence[str]) -> str | None:
+    """The ``--set`` item that wrote the field at ``loc`` (or a parent of it), if one did."""
+    dotted = [str(p) for p in loc if p not in ("venv", "docker")]
+    for item in reversed(list(overrides)):
+        key = [p for p in item.partition("=")[0].strip().split(".") if p]
+        if key and dotted[: len(key)] == key:
+            return item
+    return None
+
+
+def format_validation_error(display: str, exc: ValidationError, overrides: Sequence[str] = ()) -> RecipeError:
     problems: list[str] = []
     for err in exc.errors():
         loc = [p for p in err["loc"]]
@@ -193,30 +242,44 @@ def format_validation_error(display: str, exc: ValidationError) -> RecipeError:
         else:
             got = err.get("input")
             got_s = "" if isinstance(got, dict | list) else f" (got {got!r})"
-            problems.append(f"{path}: {err['msg']}{got_s}")
-    lines = "\n".join(f"  {display}: {p}" for p in problems)
-    return RecipeError(
-        f"{display}: {len(problems)} problem(s) in the recipe:\n{lines}",
-        source=display,
-        problems=problems,
-        fix="Fix the fields named above; `forklift recipe schema` lists every field.",
-    )
+            problems.append(f"{path}: {str(err['msg']).removeprefix('Value error, ')}{got_s}")
+    blamed = [_override_for(list(err["loc"]), overrides) for err in exc.errors()]
+    lines = "\n".join(f"  --set {who}: {p}" if who else f"  {display}: {p}" for p, who in zip(problems, blamed,
+                                                                                                   strict=True))
+    if all(blamed):
+        where, fix = "in --set", "Fix the --set items named above; `forklift recipe schema` lists every field."
+        source = "--set " + " ".join(sorted({str(b) for b in blamed}))
+    else:
+        where, fix = "in the recipe", "Fix the fields named above; `forklift recipe schema` lists every field."
+        source = display
+    return RecipeError(f"{display}: {len(problems)} problem(s) {where}:\n{lines}", source=source,
+                       problems=problems, fix=fix)
 
 
-def validate(data: Mapping[str, Any], display: str = "<recipe>") -> Recipe:
+def validate(data: Mapping[str, Any], display: str = "<recipe>", *, overrides: Sequence[str] = ()) -> Recipe:
+    """A Recipe from plain data; errors name the field and blame the ``--set`` item that wrote it, if any."""
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:
-        raise format_validation_error(display, exc) from None
+        raise format_validation_error(display, exc, overrides) from None
+    except RecursionError:
+        raise RecipeError(f"{display}: nested too deeply to be a recipe", source=display) from None
 
 
-def load(ref: str | None = None, overrides: Sequence[str] = ()) -> Recipe:
-    """Load a recipe by bundled name or path, resolve ``extends``, apply ``--set`` overrides, validate."""
+def load_raw(ref: str | None = None, overrides: Sequence[str] = ()) -> tuple[str, dict[str, Any]]:
+    """(display name, data) of a recipe with ``extends`` resolved and ``--set`` overrides applied, unvalidated."""
     ref = ref or DEFAULT_RECIPE
     display, data = _resolve_raw(ref, None, [])
     data.setdefault("name", Path(ref).stem if display != f"bundled:{ref}" else ref)
-    data = apply_overrides(data, overrides)
-    return validate(data, display)
+    return display, apply_overrides(data, overrides)
+
+
+def load(ref: str | None = None, overrides: Sequence[str] = ()) -> Recipe:
+    """Load a recipe by bundled name or path, resolve ``extends``, apply ``--set`` overrides, validate.
+
+    This is the recipe alone; commands start from ``forklift.recipe.resolve`` (cluster file, node facts)."""
+    display, data = load_raw(ref, overrides)
+    return validate(data, display, overrides=overrides)
 
 
 def schema() -> dict[str, Any]:

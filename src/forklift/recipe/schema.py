@@ -6,12 +6,50 @@ that ``plan`` warns about.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 BUNDLED_PREFIX = "bundled:"
+_HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,252}")
+_SSH_HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
+
+
+def is_hub_id(source: str) -> bool:
+    """``org/name`` (one slash, not a path, not bundled): a Hugging Face id."""
+    return (source.count("/") == 1 and not source.startswith((".", "/", "~", BUNDLED_PREFIX))
+            and ":" not in source)
+
+
+def check_ssh_target(target: str) -> None:
+    """``[user@]host[:port]`` (IPv6 as ``[addr]:port`` or bare); raises ValueError naming what is wrong."""
+    user, at, rest = target.rpartition("@")
+    if at and (not user or any(c in user for c in " :/")):
+        raise ValueError(f"{target!r}: the user part before '@' is not a user name")
+    host, port = rest, None
+    if rest.startswith("["):
+        host, close, tail = rest[1:].partition("]")
+        if not close or (tail and not tail.startswith(":")):
+            raise ValueError(f"{target!r}: expected [IPv6]:PORT")
+        port = tail[1:] if tail else None
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{target!r}: {host!r} is not an IPv6 address") from None
+    elif rest.count(":") == 1:
+        host, _, port = rest.partition(":")
+    elif rest.count(":") > 1:
+        try:
+            ipaddress.IPv6Address(rest)
+        except ValueError:
+            raise ValueError(f"{target!r}: not host, host:port or an IPv6 address") from None
+        return
+    if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"{target!r}: port {port!r} is not a number from 1 to 65535 (user@host:2222)")
+    if not _SSH_HOST_RE.fullmatch(host):
+        raise ValueError(f"{target!r}: {host!r} is not a host name or address")
 
 
 class Strict(BaseModel):
@@ -40,6 +78,12 @@ class ModelSection(Strict):
     served_name: str | None = Field(
         default=None, description="Name clients use in requests; default: the last part of source."
     )
+    path: str | None = Field(
+        default=None,
+        description="Where the weights are on every node (a host path; '~' is that node's home). Default: "
+        "model.source when it is a path; for a Hugging Face id, the node's Hugging Face cache (vLLM reads it "
+        "offline there). A node's own `model_path` wins over this.",
+    )
     revision: str | None = Field(default=None, description="Hugging Face revision, for hub ids.")
     tokenizer: str | None = Field(default=None, description="Tokenizer path/id if not beside the weights.")
     load_format: Literal["auto", "safetensors", "dummy", "gguf"] = Field(
@@ -63,6 +107,11 @@ class ModelSection(Strict):
         return self.source.startswith(BUNDLED_PREFIX)
 
     @property
+    def is_hub_id(self) -> bool:
+        """``org/name`` that is not a path: vLLM resolves it from the node's Hugging Face cache."""
+        return is_hub_id(self.source)
+
+    @property
     def bundled_name(self) -> str:
         return self.source[len(BUNDLED_PREFIX) :]
 
@@ -82,13 +131,54 @@ class VenvRuntime(Strict):
     )
 
 
+def _mount_from_text(value: object) -> object:
+    """``HOST:CONTAINER[:ro|:rw]`` -> {host, container, read_only}."""
+    if not isinstance(value, str):
+        return value
+    parts = value.split(":")
+    if len(parts) == 3 and parts[2] in ("ro", "rw"):
+        return {"host": parts[0], "container": parts[1], "read_only": parts[2] == "ro"}
+    if len(parts) == 2:
+        return {"host": parts[0], "container": parts[1], "read_only": False}
+    raise ValueError(f"{value!r}: expected HOST:CONTAINER or HOST:CONTAINER:ro")
+
+
+class Mount(Strict):
+    """One bind mount of a host path into the container (`docker run -v`)."""
+
+    host: str = Field(description="Path on the node; '~' is the node's home (expanded by forklift, not docker).")
+    container: str = Field(description="Absolute path inside the container.")
+    read_only: bool = True
+
+    @field_validator("host")
+    @classmethod
+    def _host_path(cls, v: str) -> str:
+        if not v.startswith(("/", "~")):
+            raise ValueError(f"{v!r}: a host path must be absolute or start with '~' (a bare name is a docker volume)")
+        return v
+
+    @field_validator("container")
+    @classmethod
+    def _container_path(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"{v!r}: the container path must be absolute")
+        return v
+
+
 class DockerRuntime(Strict):
     """vLLM inside a container on each node."""
 
     kind: Literal["docker"] = "docker"
     image: str = Field(description="Image with vLLM installed.")
     gpus: str | None = Field(default="all", description="Value for `docker run --gpus`; null for CPU.")
-    mounts: list[str] = Field(default_factory=list, description="Extra `-v` mounts, host:container[:ro].")
+    container_model_path: str | None = Field(
+        default=None,
+        description="Where the model directory appears inside the container (forklift mounts the node's model "
+        "path there, read-only). Default: the same path as on the node.",
+    )
+    mounts: list[Annotated[Mount, BeforeValidator(_mount_from_text)]] = Field(
+        default_factory=list, description="Extra bind mounts: {host, container, read_only} or 'HOST:CONTAINER[:ro]'."
+    )
     extra_docker_args: list[str] = Field(default_factory=list)
     python: str = "python3"
 
@@ -105,12 +195,39 @@ class Node(Strict):
     )
     hardware: str = Field(default="cpu", description="Hardware profile name (see `forklift hw --list`).")
     data_ip: str | None = Field(default=None, description="Address other ranks reach this node on.")
-    model_path: str | None = Field(default=None, description="Model location on this node if it differs.")
+    model_path: str | None = Field(
+        default=None, description="Where the weights are on this node, when it differs from model.path (host path)."
+    )
     env: EnvMap = Field(
         default_factory=dict,
         description="Environment for this node's ranks only, over the recipe's env "
         "(e.g. CUDA_VISIBLE_DEVICES when two 'nodes' share one host).",
     )
+
+    @field_validator("host")
+    @classmethod
+    def _host_name(cls, v: str) -> str:
+        if not v or not _HOST_RE.fullmatch(v):
+            raise ValueError("must be a host name (letters, digits, '.', '_', '-'), e.g. spark-a")
+        return v
+
+    @field_validator("ssh")
+    @classmethod
+    def _ssh_target(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_ssh_target(v)
+        return v
+
+    @field_validator("data_ip")
+    @classmethod
+    def _data_ip(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                ipaddress.ip_address(v)
+            except ValueError:
+                raise ValueError("must be an IP address (the node's address on the data network, e.g. "
+                                 "10.0.0.2); `forklift net check` finds it") from None
+        return v
 
     @property
     def is_local(self) -> bool:

@@ -100,13 +100,9 @@ def test_prefill_is_only_reported_at_concurrency_one() -> None:
 
 def test_single_stream_against_the_roofline() -> None:
     from forklift.bench.result import SingleStream, single_stream
-    from forklift.bench.target import _decode_from_plan
 
     assert SingleStream(20.0, 500.0, 80.0, "plan").pct_of_roofline == pytest.approx(25.0)
     assert SingleStream(20.0, None, None, "no run record").pct_of_roofline is None
-    assert _decode_from_plan({"decode_tok_s_single": 65.2}) == 65.2
-    assert _decode_from_plan({"roofline": {"decode_tok_s_single": 10}}) == 10.0
-    assert _decode_from_plan({"roofline": {}}) is None
     # one request at c=1: 3 tokens after the first in 0.3 s -> 10 tok/s
     run = RunResult(concurrency=1, rate=None, duration_s=1.0, records=(_rec(0.0, 0.1, [0.1, 0.1, 0.1], 4),),
                     slo=stats.Slo())

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from forklift.cluster import record as records
+from forklift import record as records
 from forklift.cluster.up import up
 from forklift.errors import EngineStartupError, PreflightError
+from forklift.plan import for_launch
 from forklift.recipe.schema import Recipe
 from forklift.runner import Runner
 from forklift.runner.ssh import SshRunner
@@ -50,18 +51,18 @@ def test_different_vllm_versions_name_the_node(tmp_path: Path, home: Path, port:
     r = _recipe(tmp_path, good, port)
     runners: dict[int, Runner] = {0: HostSim("node-a"), 1: HostSim("node-b", {str(good): str(old)})}
     with pytest.raises(PreflightError) as err:
-        up(r, name="t", runners=runners)
+        up(for_launch(r, force=True), name="t", check_nodes=False, runners=runners)
     msg = str(err.value)
     assert "node-b" in msg and "0.31.0" in msg and "node-a has 0.32.0+cpu" in msg
-    assert [c.node for c in err.value.failures] == ["node-b"]
+    assert [c.host for c in err.value.failures] == ["node-b"]
     _nothing_started()
 
 
 def test_model_missing_on_one_node(tmp_path: Path, home: Path, port: int) -> None:
     r = _recipe(tmp_path, fake_vllm(tmp_path), port, f"nodes.1.model_path={tmp_path / 'nowhere'}")
     with pytest.raises(PreflightError) as err:
-        up(r, name="t", runners={0: HostSim("node-a"), 1: HostSim("node-b")})
-    assert [c.node for c in err.value.failures] == ["node-b"]
+        up(for_launch(r, force=True), name="t", check_nodes=False, runners={0: HostSim("node-a"), 1: HostSim("node-b")})
+    assert [c.host for c in err.value.failures] == ["node-b"]
     assert "model missing" in str(err.value) and "forklift model sync" in (err.value.fix or "")
     _nothing_started()
 
@@ -71,7 +72,7 @@ def test_model_differs_on_one_node(tmp_path: Path, home: Path, port: int) -> Non
     (other / "config.json").write_text('{"num_hidden_layers": 4, "hidden_size": 1}')
     r = _recipe(tmp_path, fake_vllm(tmp_path), port, f"nodes.1.model_path={other}")
     with pytest.raises(PreflightError, match=r"node-b: model: .*differs.*config\.json"):
-        up(r, name="t", runners={0: HostSim("node-a"), 1: HostSim("node-b")})
+        up(for_launch(r, force=True), name="t", check_nodes=False, runners={0: HostSim("node-a"), 1: HostSim("node-b")})
 
 
 def test_head_port_taken(tmp_path: Path, home: Path, port: int) -> None:
@@ -80,7 +81,8 @@ def test_head_port_taken(tmp_path: Path, home: Path, port: int) -> None:
         s.bind(("0.0.0.0", port))
         s.listen()
         with pytest.raises(PreflightError) as err:
-            up(r, name="t", runners={0: HostSim("node-a"), 1: HostSim("node-b")})
+            up(for_launch(r, force=True), name="t", check_nodes=False,
+               runners={0: HostSim("node-a"), 1: HostSim("node-b")})
     assert f"port {port} is already in use on node-a" in str(err.value)
     _nothing_started()
 
@@ -94,8 +96,8 @@ def test_unreachable_or_refused_node(tmp_path: Path, home: Path, port: int, monk
     r = _recipe(tmp_path, fake_vllm(tmp_path), port)
     runners: dict[int, Runner] = {0: HostSim("node-a"), 1: SshRunner("root@10.231.0.9", name="node-b")}
     with pytest.raises(PreflightError) as err:
-        up(r, name="t", runners=runners)
-    assert [c.node for c in err.value.failures] == ["node-b"]
+        up(for_launch(r, force=True), name="t", check_nodes=False, runners=runners)
+    assert [c.host for c in err.value.failures] == ["node-b"]
     assert words in str(err.value)
     _nothing_started()
 
@@ -116,7 +118,7 @@ def test_rank_that_never_joins(tmp_path: Path, home: Path, port: int, started: l
     r = _recipe(tmp_path, fake_vllm(tmp_path), port, "env={FAKE_MODE: never-join}", "timeouts.join_s=3")
     t0 = time.monotonic()
     with pytest.raises(EngineStartupError) as err:
-        up(r, name="t", runners={0: HostSim("node-a"), 1: HostSim("node-b")})
+        up(for_launch(r, force=True), name="t", check_nodes=False, runners={0: HostSim("node-a"), 1: HostSim("node-b")})
     started.extend(_pids("t"))
     assert err.value.rank == 1 and err.value.host == "node-b"
     assert "rank 1 on node-b never joined" in str(err.value)
@@ -128,7 +130,7 @@ def test_rank_dies_during_startup_fails_fast(tmp_path: Path, home: Path, port: i
     r = _recipe(tmp_path, fake_vllm(tmp_path), port, "env={FAKE_MODE: worker-dies}")
     t0 = time.monotonic()
     with pytest.raises(EngineStartupError) as err:
-        up(r, name="t", runners={0: HostSim("node-a"), 1: HostSim("node-b")})
+        up(for_launch(r, force=True), name="t", check_nodes=False, runners={0: HostSim("node-a"), 1: HostSim("node-b")})
     started.extend(_pids("t"))
     assert err.value.rank == 1 and err.value.host == "node-b"
     assert "exited during startup" in str(err.value)

@@ -5,7 +5,7 @@ from pathlib import Path
 from forklift import recipe as recipes
 from forklift.cluster.modelfiles import needed_files
 from forklift.cluster.sync import plan_sync, rsync_argv, sync
-from forklift.launch.layers import node_layer_ranges, pp_indices, pp_partition
+from forklift.plan.layout import node_layer_ranges, pp_indices, pp_partition
 from forklift.runner import LocalRunner
 from forklift.runner.ssh import SshRunner
 from tests.unit.cluster.fakes import tiny_model

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from forklift import recipe as recipes
-from forklift.cluster.up import prepare_nodes
+from forklift.cluster.start import node_paths, prepare_nodes
 from tests.unit.cluster.fakes import HostSim
 
 
@@ -20,10 +20,12 @@ def test_earlier_runs_of_the_name_are_removed_and_nothing_else(tmp_path: Path, m
         d.mkdir(parents=True)
         (d / "rank0.log").write_text("old\n")
     r = recipes.load("default", ["nodes=[{host: node-a, ssh: root@10.231.0.9}]"])
-    paths = prepare_nodes(r, "t.1", "ffffffffffff", {0: HostSim("node-a")})
+    runners = {0: HostSim("node-a")}
+    paths = node_paths(r, "t.1", "ffffffffffff", runners)
+    prepare_nodes(r, "t.1", paths, runners)
     current = Path(paths[0].run_dir)
     assert current == nodes / "t.1-ffffffffffff" and (current / "vllm_main.py").is_file()
     assert [d for d in stale if d.exists()] == []
     assert [d for d in kept if not d.exists()] == []
-    prepare_nodes(r, "t.1", "eeeeeeeeeeee", {0: HostSim("node-a")})
+    prepare_nodes(r, "t.1", node_paths(r, "t.1", "eeeeeeeeeeee", runners), runners)
     assert not current.exists() and (nodes / "t.1-eeeeeeeeeeee").is_dir()

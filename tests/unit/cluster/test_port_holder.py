@@ -82,8 +82,8 @@ def _recipe(tmp_path: Path, port: int) -> Recipe:
 
 
 def _port_failures(recipe: Recipe, runners: Mapping[int, Runner]) -> list[tuple[str, str, str | None]]:
-    report = run_preflight(recipe, runners, Path(recipe.model.source))
-    return [(c.node, c.detail, c.fix) for c in report.failures if c.name == "ports"]
+    report = run_preflight(recipe, runners, {i: recipe.model.source for i in runners})
+    return [(c.host, c.summary, c.fix) for c in report.failures if c.name == "ports"]
 
 
 def test_preflight_names_what_holds_the_head_port(tmp_path: Path, listening: socket.socket) -> None:

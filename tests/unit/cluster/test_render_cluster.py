@@ -7,12 +7,14 @@ import jsonschema
 import pytest
 
 from forklift import recipe as recipes
-from forklift.cluster.up import ray_node_count
+from forklift.cluster.start import ray_node_count
 from forklift.errors import RecipeError
 from forklift.launch.k8s import leader_worker_set
 from forklift.launch.model import NodePaths
-from forklift.launch.render import LAUNCHER_MODULE, render
+from forklift.launch.render import LAUNCHER_MODULE
+from forklift.plan import for_launch
 from forklift.recipe.schema import Recipe
+from tests.helpers import launch_of
 
 TWO_NODES = "nodes=[{host: a, ssh: root@10.231.0.1, data_ip: 10.231.0.1}, {host: b, ssh: root@10.231.0.2}]"
 PATHS = {0: NodePaths(run_dir="/home/u/run", home="/home/u"), 1: NodePaths(run_dir="/root/run", home="/root")}
@@ -28,7 +30,7 @@ def _vllm_args(argv: list[str]) -> list[str]:
 
 
 def test_remote_venv_ranks_run_the_copied_launcher_with_node_ip() -> None:
-    launch = render(_two(), "/m", run_id="abc", node_paths=PATHS)
+    launch = launch_of(_two(), "/m", run_id="abc", node_paths=PATHS)
     worker, head = launch.ranks
     assert worker.argv[1] == "/root/run/vllm_main.py" and head.argv[1] == "/home/u/run/vllm_main.py"
     assert LAUNCHER_MODULE not in worker.argv
@@ -37,8 +39,8 @@ def test_remote_venv_ranks_run_the_copied_launcher_with_node_ip() -> None:
 
 
 def test_docker_wraps_the_same_vllm_argv() -> None:
-    venv = render(_two("serve.api_key_env=MY_KEY"), "/models/smol", run_id="abc", node_paths=PATHS)
-    dock = render(_two("serve.api_key_env=MY_KEY", "runtime={kind: docker, image: 'vllm/vllm-openai:v0.32.0'}"),
+    venv = launch_of(_two("serve.api_key_env=MY_KEY"), "/models/smol", run_id="abc", node_paths=PATHS)
+    dock = launch_of(_two("serve.api_key_env=MY_KEY", "runtime={kind: docker, image: 'vllm/vllm-openai:v0.32.0'}"),
                   "/models/smol", run_id="abc", node_paths=PATHS)
     for v, d in zip(venv.ranks, dock.ranks, strict=True):
         assert _vllm_args(d.argv) == _vllm_args(v.argv)
@@ -63,7 +65,7 @@ def test_docker_wraps_the_same_vllm_argv() -> None:
 
 
 def test_ray_mode_starts_ray_then_one_engine_with_typed_timeouts() -> None:
-    launch = render(_two("parallel.backend=ray", "ray.port=6390", "ray.health_check_failure_threshold=700",
+    launch = launch_of(_two("parallel.backend=ray", "ray.port=6390", "ray.health_check_failure_threshold=700",
                          "nodes.0.hardware=gb10", "nodes.1.hardware=gb10"), "/m", run_id="abc", node_paths=PATHS)
     head_ray, worker_ray = launch.ray
     assert head_ray.role == "ray-head" and "--head" in head_ray.argv and "--block" in head_ray.argv
@@ -82,7 +84,7 @@ def test_ray_mode_starts_ray_then_one_engine_with_typed_timeouts() -> None:
 
 def test_ray_mode_on_cpu_nodes_is_refused_before_anything_starts() -> None:
     with pytest.raises(RecipeError) as err:
-        render(_two("parallel.backend=ray", "nodes.0.hardware=gb10"), "/m", run_id="abc", node_paths=PATHS)
+        launch_of(_two("parallel.backend=ray", "nodes.0.hardware=gb10"), "/m", run_id="abc", node_paths=PATHS)
     assert "CPU node(s) b" in str(err.value) and "backend: native" in (err.value.fix or "")
 
 
@@ -105,7 +107,8 @@ Recent failures:
 def test_k8s_leader_worker_set_validates_against_lws_schema() -> None:
     r = _two("runtime={kind: docker, image: 'vllm/vllm-openai:v0.32.0'}", "nodes.0.hardware=gb10",
              "serve.api_key_env=MY_KEY")
-    manifest = leader_worker_set(r, "/models/smol")
+    manifest = leader_worker_set(for_launch(r.model_copy(update={"model": r.model.model_copy(
+        update={"path": "/models/smol"})}), force=True))
     jsonschema.validate(manifest, SCHEMA)
     tpl = manifest["spec"]["leaderWorkerTemplate"]
     assert tpl["size"] == 2
@@ -120,7 +123,7 @@ def test_k8s_leader_worker_set_validates_against_lws_schema() -> None:
 
 
 def test_lws_schema_rejects_a_misspelt_field() -> None:
-    manifest = leader_worker_set(_two(), "/m")
+    manifest = leader_worker_set(for_launch(_two(), force=True))
     manifest["spec"]["leaderWorkerTemplate"]["sise"] = 2
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(manifest, SCHEMA)

@@ -8,8 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from forklift.cluster.record import RankState
-from forklift.cluster.up import stop_all
+from forklift.cluster.stop import stop_all
+from forklift.record import RankState
 from forklift.runner import LocalRunner
 
 STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"

@@ -10,10 +10,10 @@ from forklift.node.checks import (
     check_swap,
     check_sysctl,
     run_checks,
-    worst,
 )
 from forklift.node.facts import FileFact, SwapFileFact, UnitFact, fstab_entries, parse_meminfo, parse_sysctl_conf
 from forklift.node.profile import GIB, load_profile
+from forklift.results import worst
 from tests.unit.node.helpers import heartbeat, make_facts, swap
 
 F = "/etc/sysctl.d/99-forklift-node.conf"
@@ -21,9 +21,9 @@ F = "/etc/sysctl.d/99-forklift-node.conf"
 
 def test_sysctl_verdicts() -> None:
     assert check_sysctl("vm.swappiness", 100, "100", "100", file=F).status == "ok"
-    assert check_sysctl("vm.swappiness", None, "60", None, file=F).status == "skipped"
+    assert check_sysctl("vm.swappiness", None, "60", None, file=F).status == "skip"
     fail = check_sysctl("vm.swappiness", 100, "60", None, file=F)
-    assert fail.status == "fail" and fail.evidence["live"] == "60" and fail.fix == "forklift node apply"
+    assert fail.status == "fail" and fail.details["live"] == "60" and fail.fix == "forklift node apply"
     pending = check_sysctl("vm.swappiness", 100, "60", "100", file=F)
     assert pending.status == "warn" and "not active" in pending.summary
     volatile = check_sysctl("vm.swappiness", 100, "100", None, file=F)
@@ -40,7 +40,7 @@ def test_swap_verdicts() -> None:
     configured = check_swap(spec, (), SwapFileFact(True, 64 * GIB, "600", True),
                             "/swapfile-forklift none swap sw 0 0\n", unified_memory=True)
     assert configured.status == "warn" and "not active" in configured.summary
-    assert check_swap(None, (), None, None, unified_memory=True).status == "skipped"
+    assert check_swap(None, (), None, None, unified_memory=True).status == "skip"
 
 
 def test_guard_healthy_stale_dead_missing() -> None:
@@ -49,7 +49,7 @@ def test_guard_healthy_stale_dead_missing() -> None:
                               heartbeat_error=None)
     ok = check_guard(g, installed=True, unit=UnitFact("enabled", "active"),
                      heartbeat=heartbeat(0.5, protected=[{"pid": 7}], drops=2), **kw)
-    assert ok.status == "ok" and "1 processes protected" in ok.summary and ok.evidence["drops"] == 2
+    assert ok.status == "ok" and "1 processes protected" in ok.summary and ok.details["drops"] == 2
     stale = check_guard(g, installed=True, unit=UnitFact("enabled", "active"), heartbeat=heartbeat(60), **kw)
     assert stale.status == "fail" and "60 s ago" in stale.summary
     dead = check_guard(g, installed=True, unit=UnitFact("enabled", "failed"), heartbeat=heartbeat(0.5, alive=False),
@@ -62,7 +62,7 @@ def test_guard_healthy_stale_dead_missing() -> None:
     missing = check_guard(g, installed=False, unit=UnitFact("not-found", "inactive"), heartbeat=None, **kw)
     assert missing.status == "fail" and missing.summary == "not installed"
     optional = check_guard(load_profile("default").guard, installed=False, unit=None, heartbeat=None, **kw)
-    assert optional.status == "skipped"
+    assert optional.status == "skip"
 
 
 def test_guard_without_systemd_says_foreground() -> None:
@@ -82,7 +82,7 @@ def test_display_manager_page_cache_other_guards() -> None:
     dm = load_profile("gb10").display_manager
     assert check_display_manager(dm, UnitFact("enabled", "active"), unified_memory=True).status == "warn"
     assert check_display_manager(dm, UnitFact("enabled", "inactive"), unified_memory=True).status == "ok"
-    assert check_display_manager(dm, None, unified_memory=True).status == "skipped"
+    assert check_display_manager(dm, None, unified_memory=True).status == "skip"
     mem = {"MemTotal": 100 * GIB, "MemFree": 10 * GIB, "Cached": 60 * GIB}
     assert check_page_cache(mem, warn_fraction=0.25, unified_memory=True).status == "warn"
     assert check_page_cache(mem, warn_fraction=0.25, unified_memory=False).status == "ok"
@@ -105,7 +105,7 @@ def test_run_checks_reads_persisted_file() -> None:
     conf = FileFact(F, True, "644", "0:0", b"vm.swappiness = 100\n")
     facts = make_facts(files={F: conf})
     res = next(r for r in run_checks(facts, load_profile("gb10")) if r.name == "sysctl vm.swappiness")
-    assert res.status == "warn" and res.evidence["persisted"] == "100"
+    assert res.status == "warn" and res.details["persisted"] == "100"
 
 
 def test_parsers() -> None:

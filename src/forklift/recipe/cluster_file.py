@@ -14,6 +14,7 @@ from pydantic import Field, ValidationError
 
 from forklift import paths
 from forklift.errors import RecipeError
+from forklift.recipe.load import read_text
 from forklift.recipe.schema import Network, Node, Recipe, Strict
 
 
@@ -45,19 +46,21 @@ def find(ref: str) -> Path:
 def load_cluster(ref: str) -> ClusterFile:
     path = find(ref)
     try:
-        data: Any = yaml.safe_load(path.read_text()) or {}
+        data: Any = yaml.safe_load(read_text(path)) or {}
         return ClusterFile.model_validate(data)
-    except (yaml.YAMLError, ValidationError) as exc:
+    except (yaml.YAMLError, ValidationError, RecursionError) as exc:
         raise RecipeError(f"{path}: invalid cluster file: {exc}", source=str(path),
                           fix="A cluster file has `nodes:` (host, ssh, hardware, data_ip, model_path).") from exc
 
 
-def resolve(recipe: Recipe) -> Recipe:
-    """The recipe with its cluster file's nodes (and network) in place; unchanged without ``cluster:``."""
+def apply_cluster_file(recipe: Recipe) -> tuple[Recipe, str | None]:
+    """The recipe with its cluster file's nodes (and network) in place, and the file's path; the recipe
+    unchanged (and None) without ``cluster:``."""
     if recipe.cluster is None:
-        return recipe
-    cluster = load_cluster(recipe.cluster)
+        return recipe, None
+    path = find(recipe.cluster)
+    cluster = load_cluster(str(path))
     update: dict[str, Any] = {"nodes": cluster.nodes}
     if cluster.network is not None:
         update["network"] = cluster.network
-    return recipe.model_copy(update=update)
+    return recipe.model_copy(update=update), str(path)

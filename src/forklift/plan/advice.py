@@ -1,0 +1,138 @@
+"""What to change when a plan does not fit (each step re-planned with the change), and the PP balance."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+from forklift.errors import ForkliftError, PlanError
+from forklift.plan import layout
+from forklift.plan import memory as mem
+from forklift.plan.core import GIB, Core, context, core
+from forklift.plan.model import Advice
+from forklift.recipe.deployment import Deployment
+
+Replan = Callable[[Deployment], Core]
+
+
+def balanced_partition(c: Core) -> list[int] | None:
+    """A layer split that evens out the stages' weights + activation, when it is worth 1% of the largest stage."""
+    st = c.settings
+    if st.pp < 2 or st.platform != "cuda":
+        return None
+    act = [r.activation_gib * GIB for r in c.ranks[:: st.tp]]
+
+    def cost(parts: list[int]) -> float:
+        return max(c.table.stage(a, b, i == 0, i == st.pp - 1) + act[i]
+                   for i, (a, b) in enumerate(layout.stage_ranges(parts)))
+
+    base = st.partition
+    best, best_cost = base, cost(base)
+    for deltas in itertools.product(range(-3, 4), repeat=st.pp - 1):
+        parts = [base[i] + deltas[i] for i in range(st.pp - 1)]
+        parts.append(c.ctx.spec.num_layers - sum(parts))
+        if min(parts) >= 1 and cost(parts) < best_cost - 1e-6:
+            best, best_cost = parts, cost(parts)
+    if best is base or cost(base) - best_cost < 0.01 * cost(base):
+        return None
+    return best
+
+
+def replan(c: Core, deployment: Deployment) -> Core | None:
+    """The core of ``deployment`` with the same model and version rules, or None when vLLM would reject it."""
+    try:
+        return core(context(deployment, c.ctx.src, c.ctx.vr))
+    except ForkliftError:
+        return None
+
+
+def _candidates(c: Core) -> list[tuple[str, list[str]]]:
+    st = c.settings
+    out: list[tuple[str, list[str]]] = []
+    if st.mnbt > 8192 or st.seqs > 8:
+        out.append(("batch limits: the profile run sizes activations off these",
+                    ["serve.max_num_batched_tokens=" + str(min(st.mnbt, 8192)), "serve.max_num_seqs=8"]))
+    if st.platform == "cuda" and st.util is not None:
+        ceiling = 0.95
+        for p in c.ctx.profiles:
+            if p.unified and p.available_gib:
+                ceiling = min(ceiling, int(p.available_gib / p.memory_gib * 100) / 100)
+        if ceiling > st.util + 0.005:
+            out.append((f"gpu_memory_utilization {st.util} -> {ceiling} (the most the startup check allows)",
+                        [f"serve.gpu_memory_utilization={ceiling}"]))
+        elif ceiling < st.util:
+            out.append((f"gpu_memory_utilization {st.util} -> {ceiling}: the startup check needs the request "
+                        "to fit in free memory", [f"serve.gpu_memory_utilization={ceiling}"]))
+    if not st.kv_dtype.startswith("fp8"):
+        out.append(("fp8 KV cache (halves KV bytes per token)", ["serve.kv_cache_dtype=fp8"]))
+    if st.platform == "cuda" and not st.eager:
+        out.append(("enforce-eager: no CUDA graphs (slower decode)", ["serve.enforce_eager=true"]))
+    return out
+
+
+def _advice(action: str, sets: list[str], alt: Core, effect: str) -> Advice:
+    return Advice(action=action, set=sets, effect=effect, kv_pool_gib=mem.round_gib(min(alt.pools)),
+                  kv_tokens=alt.kv_tokens, fits=alt.fits)
+
+
+def _with_sets(c: Core, sets: list[str]) -> Core | None:
+    try:
+        return replan(c, c.ctx.deployment.with_sets(sets))
+    except ForkliftError:
+        return None
+
+
+def _ladder(c: Core) -> list[Advice]:
+    """One step per candidate, best KV first; steps that neither fit nor add KV are dropped."""
+    steps: list[tuple[int, Advice]] = []
+    for action, sets in _candidates(c):
+        alt = _with_sets(c, sets)
+        if alt is None or (alt.kv_tokens <= c.kv_tokens and not alt.fits):
+            continue
+        gain = min(alt.pools) - min(c.pools)
+        effect = (f"KV pool {gain / GIB:+.2f} GiB per rank; {alt.kv_tokens:,} KV tokens"
+                  + ("; fits" if alt.fits else "; still short"))
+        steps.append((alt.kv_tokens, _advice(action, sets, alt, effect)))
+    steps.sort(key=lambda item: -item[0])
+    return [a for _, a in steps]
+
+
+def _context_and_dcp(c: Core) -> list[Advice]:
+    st, out = c.settings, []
+    if 0 < c.largest_len < st.max_model_len:
+        sets = [f"serve.max_model_len={c.largest_len}"]
+        alt = _with_sets(c, sets)
+        if alt is not None:
+            out.append(_advice(f"shorter context: max_model_len {st.max_model_len} -> {c.largest_len}", sets, alt,
+                               f"fits one {c.largest_len}-token request"))
+    if c.ctx.spec.attention == "mla" and st.tp > 1 and st.dcp == 1:
+        sets = [f"parallel.dcp={st.tp}"]
+        alt = _with_sets(c, sets)
+        if alt is not None:
+            out.append(_advice(f"DCP={st.tp}: split stored tokens over the TP ranks", sets, alt,
+                               f"{alt.kv_tokens:,} KV tokens"))
+    return out
+
+
+def _one_more_node(c: Core) -> list[Advice]:
+    deployment, st = c.ctx.deployment, c.settings
+    last = deployment.nodes[-1]
+    extra = last.model_copy(update={"host": f"{last.host}-extra", "ssh": None, "data_ip": None})
+    parallel = deployment.recipe.parallel.model_copy(update={"pp": st.pp + 1, "pp_layer_partition": None})
+    recipe = deployment.recipe.model_copy(update={"nodes": [*deployment.nodes, extra], "parallel": parallel})
+    try:
+        alt = replan(c, deployment.model_copy(update={"recipe": recipe}))
+    except PlanError:
+        alt = None
+    if alt is None:
+        return []
+    return [_advice(f"one more {last.hardware} node as another PP stage (pp={st.pp + 1})",
+                    [f"parallel.pp={st.pp + 1}", "nodes+=1"], alt,
+                    f"KV pool {min(alt.pools) / GIB:.2f} GiB per rank; {alt.kv_tokens:,} KV tokens")]
+
+
+def advice(c: Core) -> list[Advice]:
+    """The ways out of a plan that does not fit, each with its re-planned effect; empty when it fits."""
+    if c.fits:
+        return []
+    return [*_ladder(c), *_context_and_dcp(c), *_one_more_node(c)]
