@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from forklift import __version__
 from forklift.cluster import procs
@@ -40,10 +41,11 @@ from forklift.launch.render import python_for, render
 from forklift.model.resolve import hf_cache_path, local_path
 from forklift.node import preflight as node_preflight
 from forklift.node import resolve_profile
+from forklift.patches import recipes as recipe_patches
 from forklift.plan import Plan, Unplanned, rules
 from forklift.plan.make import make
 from forklift.recipe.schema import Recipe
-from forklift.record import Pins, RunRecord, validate_name
+from forklift.record import PatchPin, Pins, RankState, RunRecord, validate_name
 from forklift.record import load as load_record
 from forklift.results import CheckResult
 from forklift.runner import Runner, fan_out
@@ -183,16 +185,14 @@ def node_checks(recipe: Recipe, runners: Mapping[int, Runner], *, strict: bool) 
     return warns
 
 
-def apply_patches(recipe: Recipe, runners: Mapping[int, Runner]) -> list[dict[str, object]]:
-    """Apply and verify the recipe's patches on every node (venv runtime) before any rank starts."""
+def apply_patches(recipe: Recipe, runners: Mapping[int, Runner]) -> list[dict[str, Any]]:
+    """Apply and verify the recipe's patches on every node (venv runtime) before any rank starts. With docker
+    each container's launcher applies them before vLLM is imported: this returns what it will apply
+    (``container_patches`` reads the hashes back from the logs once the run is ready)."""
     if not recipe.patches:
         return []
-    if recipe.runtime.kind != "venv":
-        raise PatchError(
-            "patches with the docker runtime are applied by the container's entrypoint, not by `up`",
-            fix="Build the image with `forklift patch entrypoint " + " ".join(recipe.patches) + "` as its "
-                "entrypoint, or use runtime.kind: venv.",
-        )
+    if recipe.runtime.kind != "venv":  # forklift-patches: applied in each container (engine/vllm_main.py)
+        return recipe_patches.planned(recipe)
     from forklift.patches import apply_for_recipe
 
     python = python_for(recipe)
@@ -201,13 +201,27 @@ def apply_patches(recipe: Recipe, runners: Mapping[int, Runner]) -> list[dict[st
         if isinstance(exc, ForkliftError):
             raise exc
         raise PatchError(f"{recipe.nodes[idx].host}: applying patches failed: {exc}")
-    return [p.to_json() for idx in sorted(done.results) for p in done.results[idx]]
+    overrides = {r.id: {"any_version": r.any_version, "because": r.because} for r in recipe.patches}
+    return [{**p.to_json(), **overrides.get(p.id, {})} for idx in sorted(done.results) for p in done.results[idx]]
 
 
-def _record(plan: Plan | Unplanned, name: str, pre: Preflight, patches: list[dict[str, object]],
+def container_patches(record: RunRecord, runners: Mapping[int, Runner]) -> list[dict[str, Any]]:
+    """forklift-patches: what every container's launcher logged it applied (file hashes), per container."""
+    recipe = record.recipe
+
+    def one(rank: RankState) -> list[dict[str, Any]]:
+        found = recipe_patches.read_applied(runners[rank.node], rank.log_path, rank.host, recipe)
+        return [{**e, "container": rank.container} for e in found]
+
+    done = fan_out(((i, r) for i, r in enumerate(record.ranks) if r.container), one)
+    return [e for i in sorted(done.results) for e in done.results[i]]
+
+
+def _record(plan: Plan | Unplanned, name: str, pre: Preflight, patches: list[dict[str, Any]],
             ssh_config: str | None) -> RunRecord:
     launch = pre.launch
-    pins = Pins(forklift_version=__version__, vllm_version=pre.version, vllm_versions=pre.report.versions)
+    pins = Pins(forklift_version=__version__, vllm_version=pre.version, vllm_versions=pre.report.versions,
+                patches=[PatchPin(**p) for p in recipe_patches.pins(patches)])
     return RunRecord(name=name, run_id=launch.run_id or "", plan=plan, launch=launch, endpoint=launch.endpoint,
                      served_name=launch.served_name, pins=pins, patches=patches, ssh_config=ssh_config,
                      gpu_baseline_mib=pre.report.gpu_baseline_mib)
@@ -257,6 +271,9 @@ def up(plan: Plan | Unplanned, *, name: str = "default", on_event: EventFn = _no
     record.timings["preflight_s"] = round(time.monotonic() - t0, 2)
     record.save()
     token, reached = _start_and_wait(record, runners, api_key, on_event)
+    if recipe.patches and recipe.runtime.kind == "docker":  # forklift-patches: hashes from the containers' logs
+        record.patches = container_patches(record, runners)
+        record.pins.patches = [PatchPin(**p) for p in recipe_patches.pins(record.patches)]
     record.status = "ready"
     record.phases = reached
     record.timings["start_to_ready_s"] = reached["ready"]

@@ -18,6 +18,7 @@ from forklift.launch.docker import LAUNCHER_IN_CONTAINER, container_name, docker
 from forklift.launch.flags import API_KEY_VAR, engine_args, rank_env
 from forklift.launch.model import Launch, NodePaths, RankLaunch, Role
 from forklift.model.bundled import target_dir as bundled_dir
+from forklift.patches import recipes as recipe_patches
 from forklift.plan.model import Plan, Unplanned
 from forklift.recipe.schema import DockerRuntime, Node, Recipe
 
@@ -93,6 +94,8 @@ class _Ctx:
         self.run_id = run_id
         self.node_paths = node_paths
         self.python = python_for(recipe)
+        # forklift-patches: the docker runtime applies the recipe's patches in each container (the launcher)
+        self.patch_files = recipe_patches.container_file_names(recipe)
 
     def launcher(self, node_index: int) -> list[str]:
         """How to invoke forklift's vLLM launcher on a node."""
@@ -113,8 +116,21 @@ class _Ctx:
         out = [f"{host_path}:{inside}:ro"] if host_path else []
         out += [f"{home}/.cache/huggingface:/root/.cache/huggingface", f"{home}/.cache/vllm:/root/.cache/vllm",
                 f"{self.node_paths[node_index].run_dir}/{LAUNCHER_FILE}:{LAUNCHER_IN_CONTAINER}:ro"]
+        out += [f"{self.node_paths[node_index].run_dir}/{f}:{recipe_patches.CONTAINER_DIR}/{f}:ro"
+                for f in self.patch_files]  # forklift-patches: patches.json and the patch engine
         out += [f"{expand_home(m.host, home)}:{m.container}" + (":ro" if m.read_only else "") for m in rt.mounts]
         return out
+
+    def patched(self, node_index: int, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """forklift-patches: a docker process with patches runs through the launcher, which applies them first
+        (a Ray daemon's argv goes after ``--forklift-exec``); the env names the mounted patches.json."""
+        if not self.patch_files:
+            return argv, env
+        env = {**env, recipe_patches.PATCHES_ENV: f"{recipe_patches.CONTAINER_DIR}/{recipe_patches.SPEC_FILE}"}
+        launcher = self.launcher(node_index)
+        if argv[: len(launcher)] != launcher:
+            argv = [*launcher, recipe_patches.EXEC_FLAG, *argv]
+        return argv, env
 
     def wrap(self, node_index: int, rank: int, role: Role, inner: list[str], env: dict[str, str],
              secret: dict[str, str], headless: bool) -> RankLaunch:
@@ -127,6 +143,7 @@ class _Ctx:
                               headless=headless, secret_env=secret, role=role, run_dir=paths.run_dir,
                               model_path=host_path)
         name = container_name(self.run_id, rank, role)
+        inner, env = self.patched(node_index, inner, env)
         argv = docker_argv(rt, inner, name=name, run_id=self.run_id, rank=rank, role=role, env=env,
                            secret_names=sorted(secret), mounts=self.mounts(node_index))
         return RankLaunch(rank=rank, node_index=node_index, host=node.host, argv=argv, env={},

@@ -13,6 +13,7 @@ from forklift.hardware.profiles import NetworkProfile
 from forklift.hardware.profiles import network as get_network
 from forklift.model.load import SpecSource, spec_for
 from forklift.model.spec import ModelSpec
+from forklift.patches import recipes as recipe_patches
 from forklift.plan import calibrate, rules
 from forklift.plan.advice import advice, balanced_partition
 from forklift.plan.core import GIB, Core, context, core
@@ -117,13 +118,15 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
     (``plan.decisions.applied`` lists the --set items; the plan's deployment carries them).
     """
     deployment = deployment_of(target)
+    patch_notes = recipe_patches.notes(deployment.recipe)  # forklift-patches: unknown ids refused, overrides noted
     src = source or spec_for(deployment.recipe.model)
     vr = rules.rules_for(vllm_version)
     c = core(context(deployment, src, vr))
     applied = _to_apply(c) if apply else []
     if applied:
         c = core(context(deployment.with_sets(applied), src, vr))
-    return _plan(c, applied)
+    plan = _plan(c, applied)
+    return plan.model_copy(update={"notes": [*plan.notes, *patch_notes]}) if patch_notes else plan
 
 
 def for_launch(target: Deployment | Recipe, *, vllm_version: str | None = None, force: bool = False,
@@ -131,6 +134,7 @@ def for_launch(target: Deployment | Recipe, *, vllm_version: str | None = None, 
     """The plan ``render`` and ``up`` work from. A layout vLLM rejects raises PlanError unless ``force``; a model
     or hardware the planner cannot describe gives ``Unplanned`` (render and up go on without memory figures)."""
     deployment = deployment_of(target)
+    recipe_patches.resolve(deployment.recipe)  # forklift-patches: an unknown patch id fails render and up too
     version = vllm_version.split("+")[0] if vllm_version else None
     try:
         return make(deployment, vllm_version=version, apply=apply)
