@@ -266,8 +266,33 @@ def _short(s: str, n: int = 60) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+def _decorators(tree: ast.Module) -> dict[str, list[str]]:
+    """Dotted path of every class and def -> its decorators' source."""
+    out: dict[str, list[str]] = {}
+
+    def walk(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                out[prefix + node.name] = [ast.unparse(d) for d in node.decorator_list]
+                walk(node.body, prefix + node.name + ".")
+
+    walk(tree.body, "")
+    return out
+
+
+def stolen_decorators(before: str, after: str) -> list[str]:
+    """Definitions that lost their decorators to a definition the edit inserted between them (an anchor that
+    starts at ``class X`` when ``@decorator`` sits above it)."""
+    old, new = _decorators(ast.parse(before)), _decorators(ast.parse(after))
+    lost = {name: decs for name, decs in old.items() if decs and name in new and not new[name]}
+    added = {name: decs for name, decs in new.items() if name not in old and decs}
+    return [f"{name} lost its decorators {', '.join('@' + d for d in decs)} to the inserted {thief}"
+            for name, decs in lost.items() for thief, got in added.items() if got == decs]
+
+
 def apply_edits(text: str, edits: tuple[Edit, ...] | list[Edit]) -> str:
     """The text with every edit applied in order; raises Drift listing every anchor that did not match."""
+    original = text
     problems: list[str] = []
     vanished = 0
     for i, e in enumerate(edits, 1):
@@ -307,6 +332,9 @@ def apply_edits(text: str, edits: tuple[Edit, ...] | list[Edit]) -> str:
         ast.parse(text)
     except SyntaxError as exc:
         raise Drift([f"patched file does not parse (line {exc.lineno}: {exc.msg}); the replacement is wrong"]) from exc
+    stolen = stolen_decorators(original, text)
+    if stolen:
+        raise Drift([f"the replacement is wrong: {s}; include the decorator lines in the anchor" for s in stolen])
     return text
 
 
