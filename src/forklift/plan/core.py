@@ -186,17 +186,27 @@ class Terms:
     graphs: tuple[int, int] = (0, 0)
 
 
-def profile_batch(ctx: Context) -> terms.Batch:
+def profile_batch(ctx: Context, block: int) -> terms.Batch:
     """The profile run's shapes: N = max_num_batched_tokens per rank; every MoE layer sees the tokens of all DP
-    ranks (the DP all-gather before the experts), and experts are split tp x dp ways unless EP keeps them whole."""
+    ranks (the DP all-gather before the experts), and experts are split tp x dp ways unless EP keeps them whole.
+    ``block``: the KV block size after the hybrid alignment (MLA sizes its prefill workspace with it)."""
     st = ctx.st
-    return terms.Batch(tp=st.tp, mnbt=st.mnbt, seqs=st.seqs, max_model_len=st.max_model_len,
-                       block=kvspecs.base_block(ctx.spec, ctx.kv_inputs()), dtype_bytes=st.dtype_bytes,
-                       tokens_to_experts=st.mnbt * st.dp, expert_tp=1 if st.ep else st.tp * st.dp,
-                       capability=st.capability, num_spec=st.num_spec)
+    monolithic = ctx.spec.quant.method == "mxfp4" and st.capability.startswith("9.")  # OAI triton_kernels on Hopper
+    return terms.Batch(tp=st.tp, mnbt=st.mnbt, seqs=st.seqs, max_model_len=st.max_model_len, block=block,
+                       dtype_bytes=st.dtype_bytes, tokens_to_experts=st.mnbt * st.dp,
+                       expert_tp=1 if st.ep else st.tp * st.dp, capability=st.capability, num_spec=st.num_spec,
+                       moe_monolithic=monolithic)
 
 
-def _terms(ctx: Context, stage: int, table: mem.WeightTable, stored: list[float] | None,
+def stage_layout(ctx: Context, stage: int) -> KvLayout:
+    """One worker's KV layout for a PP stage (every TP rank of a stage has the same)."""
+    start, end = ctx.ranges[stage]
+    x = ctx.kv_inputs()
+    return kv_layout(kvspecs.layer_specs(ctx.spec, start, end, stage == ctx.st.pp - 1, x, ctx.vr),
+                     kvspecs.kv_config(ctx.spec, x, ctx.vr))
+
+
+def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stored: list[float] | None,
            cal: calibrate.Calibration | None) -> Terms:
     st, spec = ctx.st, ctx.spec
     start, end = ctx.ranges[stage]
@@ -206,9 +216,9 @@ def _terms(ctx: Context, stage: int, table: mem.WeightTable, stored: list[float]
     if cal is not None:
         return Terms(weights, cal.per_stage_activation.get(stage, cal.activation_gib) * GIB, cal.non_torch_gib * GIB,
                      cal.cudagraph_gib * GIB, cal.cudagraph_subtracted)
-    b = profile_batch(ctx)
+    b = profile_batch(ctx, lay.block_size)
     act = terms.activation(spec, start, end, last, b, ctx.vr, st.runner).total
-    cg, graphs = terms.cudagraph_estimate(ctx.vr, b) if graphs_on else (0.0, (0, 0))
+    cg, graphs = terms.cudagraph_estimate(spec, ctx.vr, b) if graphs_on else (0.0, (0, 0))
     nodes = len(ctx.deployment.nodes)
     return Terms(weights, act, terms.non_torch(st.tp, st.pp, nodes), cg,
                  graphs_on and ctx.vr.subtracts_cudagraphs(st.runner), graphs)
@@ -220,14 +230,11 @@ def requested_bytes(ctx: Context, rank: int) -> float:
     return float(math.ceil(ctx.profile_of(rank).memory_gib * GIB * ctx.st.util))
 
 
-def _rank(ctx: Context, rank: int, t: Terms, cpu_pool: int) -> tuple[RankPlan, KvLayout, int]:
-    st, spec = ctx.st, ctx.spec
+def _rank(ctx: Context, rank: int, t: Terms, lay: KvLayout, cpu_pool: int) -> tuple[RankPlan, int]:
+    st = ctx.st
     stage, tp_rank = divmod(rank % (st.tp * st.pp), st.tp)
     start, end = ctx.ranges[stage]
     prof = ctx.profile_of(rank)
-    x = ctx.kv_inputs()
-    lay = kv_layout(kvspecs.layer_specs(spec, start, end, stage == st.pp - 1, x, ctx.vr),
-                    kvspecs.kv_config(spec, x, ctx.vr))
     if st.platform == "cpu":
         requested, pool = float(cpu_pool), cpu_pool
     else:
@@ -244,7 +251,7 @@ def _rank(ctx: Context, rank: int, t: Terms, cpu_pool: int) -> tuple[RankPlan, K
         kv_pool_gib=mem.round_gib(pool), kv_bytes_per_token=lay.bytes_per_token, num_blocks=lay.num_blocks(pool),
         kv_needed_gib=mem.round_gib(lay.needed_bytes()),
     )
-    return plan, lay, pool
+    return plan, pool
 
 
 def expert_share(ctx: Context) -> mem.ExpertShare:
@@ -295,12 +302,14 @@ def core(ctx: Context, *, use_calibration: bool = True) -> Core:
     table, stored = weight_table(ctx)
     cal = calibration_for(ctx) if use_calibration else None
     cpu_pool = int((ctx.deployment.recipe.serve.cpu_kv_cache_gib or rules.estimate()["cpu_kv_default_gib"]) * GIB)
-    stage_terms = [_terms(ctx, s, table, stored, cal) for s in range(st.pp)]
+    stages = [stage_layout(ctx, s) for s in range(st.pp)]
+    stage_terms = [_terms(ctx, s, stages[s], table, stored, cal) for s in range(st.pp)]
     ranks, layouts, pools = [], [], []
     for r in range(ctx.place.world):
-        plan, lay, pool = _rank(ctx, r, stage_terms[(r // st.tp) % st.pp], cpu_pool)
+        stage = (r // st.tp) % st.pp
+        plan, pool = _rank(ctx, r, stage_terms[stage], stages[stage], cpu_pool)
         ranks.append(plan)
-        layouts.append(lay)
+        layouts.append(stages[stage])
         pools.append(pool)
     n_blocks = min(r.num_blocks for r in ranks)
     upper = max(st.max_model_len, spec.max_position_embeddings)

@@ -37,6 +37,7 @@ class Batch:
     expert_tp: int  # how many ways each expert's intermediate is split (1 with EP)
     capability: str
     num_spec: int = 0
+    moe_monolithic: bool = False  # MXFP4 experts through OAI triton_kernels (no workspace-manager buffer)
 
 
 def _attention(s: ModelSpec, b: Batch) -> float:
@@ -73,8 +74,11 @@ def _dense_mlp(s: ModelSpec, b: Batch) -> float:
 
 
 def moe_workspace(s: ModelSpec, b: Batch) -> float:
-    """TritonExperts.workspace_shapes: workspace13 (M, topk, max(I_l, h)) + workspace2 (M, topk, max(2 I_l, h))."""
-    assert s.moe is not None
+    """TritonExperts.workspace_shapes: workspace13 (M, topk, max(I_l, h)) + workspace2 (M, topk, max(2 I_l, h)),
+    held by the WorkspaceManager, which keeps the buffer once grown (v1/worker/workspace.py); 0 for the monolithic
+    MXFP4 kernels that allocate their own."""
+    if s.moe is None or b.moe_monolithic:
+        return 0.0
     m, h = s.moe, s.hidden_size
     inter = m.intermediate / b.expert_tp
     up = (2 if m.gated else 1) * inter
@@ -82,27 +86,31 @@ def moe_workspace(s: ModelSpec, b: Batch) -> float:
 
 
 def _moe(s: ModelSpec, b: Batch) -> float:
-    """Workspace, plus residual, layer input, fused and shared outputs (4 N h), the shared-expert MLP, and the
-    router's fp32 copy of the input for the DeepSeek/GLM-style gates."""
+    """Besides the workspace: residual, layer input, fused and shared outputs (4 N h), the shared-expert MLP, the
+    router's fp32 copy of the input (DeepSeek/GLM-style gates), and for monolithic MXFP4 kernels their gate/up
+    output (M x topk x 2 I_l)."""
     assert s.moe is not None
     n, h, e = b.mnbt, s.hidden_size, b.dtype_bytes
     shared = 3 * n * s.moe.shared_intermediate / b.tp * e
     router = n * h * 4 if s.moe.router_bias else 0.0
-    return moe_workspace(s, b) + 4 * n * h * e + shared + router
+    mono = b.tokens_to_experts * s.moe.top_k * 2 * s.moe.intermediate / b.expert_tp * e if b.moe_monolithic else 0.0
+    return 4 * n * h * e + shared + router + mono
 
 
 def layer_peak(s: ModelSpec, layer: LayerSpec, b: Batch) -> float:
+    """A layer's transient peak, besides the persistent workspace buffer."""
     mixer = _attention(s, b) if layer.has_kv else _state_mixer(s, b) if layer.has_state else 0.0
     mlp = _moe(s, b) if layer.mlp == "moe" and s.moe is not None else _dense_mlp(s, b) if layer.mlp != "none" else 0.0
     return max(mixer, mlp)
 
 
-def indexer_workspace(s: ModelSpec, b: Batch) -> float:
-    """sparse_attn_indexer profile branch: T x (head_dim fp8 + 4 B scale) + 1 MiB, T = 40 x max_model_len (0.26),
-    plus the 512 MiB logits transient (VLLM_SPARSE_INDEXER_MAX_LOGITS_MB)."""
-    if s.indexer is None:
-        return 0.0
-    return 40 * b.max_model_len * (s.indexer.head_dim + 4) + MIB + 512 * MIB
+def persistent_workspace(s: ModelSpec, start: int, end: int, b: Batch) -> float:
+    """The WorkspaceManager's buffer once the profile has run the stage: the largest request among its users
+    (MoE workspace, the DSA indexer's prefill buffer T x (head_dim + 4) + 1 MiB with T = 40 x max_model_len)."""
+    layers = s.layers[start:end]
+    moe = moe_workspace(s, b) if any(layer.mlp == "moe" for layer in layers) else 0.0
+    indexer = 40 * b.max_model_len * (s.indexer.head_dim + 4) + MIB if s.indexer is not None else 0.0
+    return max(moe, indexer)
 
 
 def sampler_peak(s: ModelSpec, b: Batch, bytes_per_logit: float) -> float:
@@ -120,12 +128,13 @@ class Activation:
 
 def activation(s: ModelSpec, start: int, end: int, last: bool, b: Batch, vr: rules.VersionRules,
                runner: str) -> Activation:
-    """Torch peak increase of the profile run on one worker: C0 + max(forward peak, dummy sampler)."""
+    """Torch peak increase of the profile run on one worker: C0 + the persistent workspace + max(the largest layer
+    transient, the dummy sampler on the last stage)."""
+    ws = persistent_workspace(s, start, end, b)
     forward = max((layer_peak(s, layer, b) for layer in s.layers[start:end]), default=0.0)
-    forward = max(forward, indexer_workspace(s, b))
     sampler = sampler_peak(s, b, float(vr.sampler_bytes_per_logit[runner])) if last else 0.0
     c0 = float(rules.measured()["activation_c0_gib"]) * GIB
-    return Activation(c0 + max(forward, sampler), forward, sampler, c0)
+    return Activation(c0 + ws + max(forward, sampler), ws + forward, ws + sampler, c0)
 
 
 # --------------------------------------------------------------------------------------------- CUDA graphs
@@ -152,12 +161,36 @@ def graph_counts(vr: rules.VersionRules, b: Batch) -> tuple[int, int]:
     return len(sizes), len([x for x in sizes if q <= x <= b.seqs * q])
 
 
-def cudagraph_estimate(vr: rules.VersionRules, b: Batch) -> tuple[float, tuple[int, int]]:
-    """The V1 estimator's figure: first sample + per-graph growth x graphs (per-graph cost: measured constant)."""
-    pw, full = graph_counts(vr, b)
+def _split_buffers(s: ModelSpec, b: Batch, size: int) -> float:
+    """FULL decode graphs on FlashAttention 3 (Hopper): the split-KV accumulators [num_splits, heads, tokens,
+    head_size] fp32 plus the log-sum-exp, allocated on the first (largest) capture (v1/attention/backends/
+    flash_attn.py: max_num_splits = flash_attn_max_num_splits_for_cuda_graph, 32). Sparse MLA: measured."""
     m = rules.measured()
-    est = float(m["cudagraph_v1_base_gib"]) * GIB + float(m["cudagraph_v1_mib_per_graph"]) * MIB * (pw + full)
-    return est, (pw, full)
+    heads = s.num_heads / b.tp
+    if not b.capability.startswith("9.") or s.family == "gpt_oss":  # FA3 only; gpt-oss (sinks): none seen (p07)
+        return 0.0
+    if s.indexer is not None:
+        topk = s.indexer.topk
+        return float(m["cudagraph_sparse_mla_bytes_per_token_head_topk"]) * size * heads * topk
+    head = s.mla.kv_lora_rank if s.mla is not None else s.head_dim
+    splits = int(m["fa3_max_num_splits"])
+    return splits * heads * size * (head + 1) * 4
+
+
+def cudagraph_estimate(s: ModelSpec, vr: rules.VersionRules, b: Batch) -> tuple[float, tuple[int, int]]:
+    """The V1 estimator (gpu_model_runner.py profile_cudagraph_memory): per mode, the first (largest) capture plus
+    max(second capture, 1 MiB) for each further graph; the largest first capture counts once."""
+    pw, full = graph_counts(vr, b)
+    if not pw:
+        return 0.0, (0, 0)
+    m = rules.measured()
+    sizes = capture_sizes(vr, b.seqs, b.mnbt, b.capability, b.num_spec)
+    pw_first = (float(m["cudagraph_pw_first_mib"]) + float(m["cudagraph_pw_first_mib_per_token"]) * max(sizes)) * MIB
+    q = 1 + b.num_spec
+    full_sizes = [x for x in sizes if q <= x <= b.seqs * q]
+    full_first = _split_buffers(s, b, max(full_sizes)) if full_sizes else 0.0
+    per_graph = float(m["cudagraph_mib_per_graph"]) * MIB
+    return max(pw_first, full_first) + per_graph * (max(pw - 1, 0) + max(full - 1, 0)), (pw, full)
 
 
 def non_torch(tp: int, pp: int, nnodes: int) -> float:
