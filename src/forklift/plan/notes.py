@@ -60,6 +60,11 @@ def _unified_notes(core: Core) -> list[str]:
             notes.append(f"unified memory on {node.host}: ASSUMES {prof.available_gib} GiB free at launch (profile "
                          f"{prof.name}); vLLM compares MemAvailable with utilization x total at startup; "
                          f"`forklift hw --node {node.host}` measures it")
+    if notes:
+        notes.append("unified memory: vLLM counts its processes' host-memory growth during load and profiling as "
+                     "non-torch memory there; the planner's terms come from discrete-GPU (H200) runs and leave it "
+                     "out, so the KV pool is an upper bound; one startup log from these nodes through "
+                     "`forklift plan RECIPE --calibrate LOG` replaces the terms")
     return notes
 
 
