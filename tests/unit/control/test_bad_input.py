@@ -40,7 +40,7 @@ def test_render_mounts_expand_the_home_and_never_hand_docker_a_tilde() -> None:
         assert not any(m.startswith("~") for m in mounts)
         home = paths[rank.node_index].home
         assert f"{home}/models/GLM-4.7-NVFP4:/models/GLM-4.7-NVFP4:ro" in mounts  # host path : container path
-        assert "/models/GLM-4.7-NVFP4" == rank.argv[rank.argv.index("serve") + 1]  # vLLM sees the container path
+        assert rank.argv[rank.argv.index("serve") + 1] == "/models/GLM-4.7-NVFP4"  # vLLM sees the container path
         assert rank.model_path == f"{home}/models/GLM-4.7-NVFP4"  # preflight looks at the host path
 
 
