@@ -1,6 +1,6 @@
 """Benchmark (not a test): the planner against every real vLLM startup log in tests/data/calibration.
 
-Each point (tests/data/calibration/h200/points.json, scripts/gpu/grid/points.json) is planned from its config and
+Each point (tests/data/calibration/points-h200.json, scripts/gpu/grid/points.json) is planned from its config and
 settings alone and compared with what vLLM logged: the KV pool ("Available KV cache memory"), the KV tokens
 ("GPU KV cache size"), the block size, and the verdict (started, or stopped with a memory error). Calibration and
 held-out points are summarised separately: constants may be chosen on calib points only.
@@ -28,9 +28,8 @@ from forklift.recipe.schema import Recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "calibration"
-POINT_FILES = {DATA / "h200" / "points.json": DATA / "h200", ROOT / "scripts" / "gpu" / "grid" / "points.json":
-               DATA / "h200-grid"}
-CONFIG_DIRS = [DATA / "h200", ROOT / "scripts" / "gpu" / "grid" / "models", ROOT / "scripts" / "gpu" / "models"]
+POINT_FILES = {DATA / "points-h200.json": DATA, ROOT / "scripts" / "gpu" / "grid" / "points.json": DATA / "h200-grid"}
+CONFIG_DIRS = [DATA, ROOT / "scripts" / "gpu" / "grid" / "models", ROOT / "scripts" / "gpu" / "models"]
 OUT = ROOT / "bench-results"
 
 

@@ -23,7 +23,7 @@ POINTS = [(p, log, v) for p, log, v in pa.points() if log is not None]
 
 
 def test_every_h200_log_has_a_point() -> None:
-    logs = {p.name for p in (pa.DATA / "h200").glob("h200*.log") if "rank1" not in p.name}
+    logs = {p.name for p in pa.DATA.glob("h200*.log") if "rank1" not in p.name}
     logs |= {p.name for p in (pa.DATA / "h200-grid").glob("p*.log")}
     covered = {log.name for _, log, _ in POINTS}
     assert logs == covered

@@ -13,10 +13,10 @@ from forklift import recipe as recipes
 from forklift.model import bundled, configs_index
 from forklift.model.spec import from_config
 from forklift.plan import make
+from tests.helpers import CALIBRATION as CAL
 from tests.helpers import forklift
 from tests.unit.plan.conftest import recipe_for
 
-CAL = Path(__file__).resolve().parents[2] / "data" / "calibration" / "h200"
 KEYS = {"model", "fits", "kv_tokens", "max_concurrency", "decode_tok_s_single", "ranks", "advice"}
 RANK_KEYS = {"rank", "host", "layers", "weights_gib", "activation_gib", "cudagraph_gib", "non_torch_gib",
              "kv_pool_gib", "kv_bytes_per_token"}
