@@ -8,7 +8,6 @@ held-out points are summarised separately: constants may be chosen on calib poin
 Writes bench-results/plan_accuracy.json and bench-results/plan_accuracy.md (the per-point table).
 
     python -m benchmarks.plan_accuracy          # the table and the calib / held-out summary
-    python -m benchmarks.plan_accuracy --terms  # also the per-term residuals on calib points (for choosing constants)
 """
 
 from __future__ import annotations
