@@ -1,7 +1,9 @@
-"""A two-node cluster on this machine: two network namespaces joined by a veth pair, a real sshd in each.
+"""An N-node cluster on this machine: one network namespace per node, a real sshd in each.
 
-Only the addresses created here (10.231.0.1 and 10.231.0.2, interface ``fl0`` in each namespace) are
-ever targeted. Needs root, ``ip netns`` and Debian's openssh-server.
+Two nodes are joined by a veth pair; three or more by a bridge in a "switch" namespace (each node's ``fl0``
+is one veth into it). ``add_link`` adds further point-to-point links between two nodes (other subnets under
+10.231.x), for tests of interface choice, MTU and rate limits. Only the addresses created here (10.231.0.N on
+``fl0``, 10.231.K.x on extra links) are ever targeted. Needs root, ``ip netns`` and Debian's openssh-server.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class Node:
 class NetCluster:
     tmp: Path
     nodes: list[Node] = field(default_factory=list)
+    extra_ns: list[str] = field(default_factory=list)
+    """Namespaces that are not nodes (the switch), deleted with the cluster."""
 
     @property
     def ssh_config(self) -> Path:
@@ -97,20 +101,59 @@ def _keygen(path: Path) -> str:
     return path.with_suffix(".pub").read_text().strip() if path.suffix else Path(f"{path}.pub").read_text().strip()
 
 
-def start(tmp: Path, tag: str, sshd_env: dict[int, dict[str, str]] | None = None) -> NetCluster:
-    """sshd_env: per node index, variables sshd sets in every session there (sshd_config SetEnv)."""
+def _wire(names: list[str], tag: str) -> tuple[list[str], list[str]]:
+    """Create the data links; returns (the veth end that goes into each node, extra namespaces made)."""
+    if len(names) == 2:
+        veths = [f"fva{tag}"[:15], f"fvb{tag}"[:15]]
+        sh("ip", "link", "add", veths[0], "type", "veth", "peer", "name", veths[1])
+        return veths, []
+    switch = f"flsw{tag}"[:15]
+    sh("ip", "netns", "add", switch)
+    sh("ip", "-n", switch, "link", "add", "br0", "type", "bridge")
+    sh("ip", "-n", switch, "link", "set", "br0", "up")
+    ends = []
+    for i in range(len(names)):
+        node_end, sw_end = f"fv{i}{tag}"[:15], f"fs{i}{tag}"[:15]
+        sh("ip", "link", "add", node_end, "type", "veth", "peer", "name", sw_end)
+        sh("ip", "link", "set", sw_end, "netns", switch)
+        sh("ip", "-n", switch, "link", "set", sw_end, "master", "br0")
+        sh("ip", "-n", switch, "link", "set", sw_end, "up")
+        ends.append(node_end)
+    return ends, [switch]
+
+
+def add_link(cluster: NetCluster, a: int, b: int, subnet: int, *, tag: str, name: str = "fl1",
+             mtu: tuple[int, int] | None = None) -> tuple[str, str]:
+    """A point-to-point veth link between nodes a and b named ``name`` in both, addresses 10.231.SUBNET.{a+1,b+1}
+    (/24); ``mtu`` per end. Returns the two addresses."""
+    ends = [f"fx{a}{b}{subnet}{tag}"[:15], f"fy{a}{b}{subnet}{tag}"[:15]]
+    sh("ip", "link", "add", ends[0], "type", "veth", "peer", "name", ends[1])
+    addrs = []
+    for k, (idx, end) in enumerate(((a, ends[0]), (b, ends[1]))):
+        ns, ip = cluster.nodes[idx].ns, f"10.231.{subnet}.{idx + 1}"
+        sh("ip", "link", "set", end, "netns", ns)
+        sh("ip", "-n", ns, "link", "set", end, "name", name)
+        sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", name)
+        if mtu is not None:
+            sh("ip", "-n", ns, "link", "set", name, "mtu", str(mtu[k]))
+        sh("ip", "-n", ns, "link", "set", name, "up")
+        addrs.append(ip)
+    return addrs[0], addrs[1]
+
+
+def start(tmp: Path, tag: str, sshd_env: dict[int, dict[str, str]] | None = None, *, n: int = 2) -> NetCluster:
+    """``n`` nodes; sshd_env: per node index, variables sshd sets in every session there (sshd_config SetEnv)."""
     cluster = NetCluster(tmp)
     tmp.mkdir(parents=True, exist_ok=True)
     client_pub = _keygen(tmp / "client_key")
     (tmp / "authorized_keys").write_text(client_pub + "\n")
     host_pub = _keygen(tmp / "host_key")
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
-    names = [f"fla{tag}", f"flb{tag}"]
-    veths = [f"fva{tag}"[:15], f"fvb{tag}"[:15]]
+    names = [f"fl{chr(ord('a') + i)}{tag}" for i in range(n)]
     for ns in names:
         sh("ip", "netns", "add", ns)
     try:
-        sh("ip", "link", "add", veths[0], "type", "veth", "peer", "name", veths[1])
+        veths, cluster.extra_ns = _wire(names, tag)
         known = []
         for i, (ns, veth) in enumerate(zip(names, veths, strict=True)):
             ip = f"{SUBNET}.{i + 1}"
@@ -140,7 +183,7 @@ def start(tmp: Path, tag: str, sshd_env: dict[int, dict[str, str]] | None = None
         ]))
         _wait_ssh(cluster)
     except BaseException:
-        stop(cluster, names)
+        stop(cluster, names + [f"flsw{tag}"[:15]])
         raise
     return cluster
 
@@ -167,7 +210,7 @@ def stop(cluster: NetCluster, names: list[str] | None = None) -> None:
                 node.sshd.wait(5)
             except subprocess.TimeoutExpired:
                 node.sshd.kill()
-    for ns in names or [n.ns for n in cluster.nodes]:
+    for ns in names or [*(n.ns for n in cluster.nodes), *cluster.extra_ns]:
         for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid), 9)
