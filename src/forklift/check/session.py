@@ -17,7 +17,7 @@ import httpx
 import openai
 from openai.types.chat import ChatCompletion
 
-from forklift.endpoint import Discovery, Endpoint, Target
+from forklift.endpoint import Discovery, Endpoint, Target, sse
 from forklift.errors import CheckError
 from forklift.results import Evidence, excerpt
 
@@ -48,24 +48,23 @@ class StreamedChat:
     chunks: int = 0
 
 
-def _reasoning_of(obj: Any) -> str:
-    """vLLM puts reasoning in ``reasoning`` (newer) or ``reasoning_content`` (older); both are extras."""
-    extra: dict[str, Any] = getattr(obj, "model_extra", None) or {}
-    for key in ("reasoning", "reasoning_content"):
-        value = extra.get(key) if key in extra else getattr(obj, key, None)
-        if isinstance(value, str) and value:
-            return value
-    return ""
-
-
 def reasoning_field(obj: Any) -> str | None:
-    """Which field carried reasoning text, if any."""
+    """Which field carried reasoning text, if any (the names ``forklift.endpoint.sse`` reads; the openai client
+    keeps them as extras)."""
     extra: dict[str, Any] = getattr(obj, "model_extra", None) or {}
-    for key in ("reasoning", "reasoning_content"):
+    for key in sse.REASONING_FIELDS:
         value = extra.get(key) if key in extra else getattr(obj, key, None)
         if isinstance(value, str) and value:
             return key
     return None
+
+
+def _reasoning_of(obj: Any) -> str:
+    key = reasoning_field(obj)
+    if key is None:
+        return ""
+    extra: dict[str, Any] = getattr(obj, "model_extra", None) or {}
+    return str(extra.get(key) if key in extra else getattr(obj, key))
 
 
 def message_reasoning(resp: ChatCompletion) -> str:

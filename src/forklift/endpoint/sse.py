@@ -21,6 +21,8 @@ from forklift.errors import EndpointError
 
 DONE = "[DONE]"
 """The payload that ends a stream."""
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+"""Where vLLM puts reasoning text in a delta or message: ``reasoning`` (newer), ``reasoning_content`` (older)."""
 
 
 class BadEvent(EndpointError):
@@ -56,8 +58,7 @@ def _str(value: Any) -> str:
 
 
 def _reasoning(delta: Mapping[str, Any]) -> str:
-    """vLLM names it ``reasoning`` (newer) or ``reasoning_content`` (older)."""
-    return _str(delta.get("reasoning")) or _str(delta.get("reasoning_content"))
+    return next((text for key in REASONING_FIELDS if (text := _str(delta.get(key)))), "")
 
 
 def _error(value: Any) -> str | None:
