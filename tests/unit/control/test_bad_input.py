@@ -70,7 +70,7 @@ def test_bad_set_values_are_blamed_on_the_set_item(item: str, field: str) -> Non
 
 def test_set_list_entries_and_examples() -> None:
     d = recipes.resolve("default", ["patches.0=kv-scale-loader-args"])
-    assert d.recipe.patches == ["kv-scale-loader-args"]
+    assert d.recipe.patch_ids == ["kv-scale-loader-args"]  # entries are typed (PatchRef)
     with pytest.raises(RecipeError) as err:
         recipes.resolve("default", ["patches.5=x"])
     assert "past the end" in str(err.value) and "--set 'patches=[" in (err.value.fix or "")
