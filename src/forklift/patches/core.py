@@ -1,8 +1,10 @@
 """The patch engine's core: standard library only, so the same file also runs as a program on a node.
 
 forklift imports it as a module. On a remote node it runs as ``python -c <this file's source> OP ARGS``
-(file reads and writes for the Runner), and inside a docker container the rendered entrypoint runs
-it with ``entry SPEC_JSON`` to apply patches before vLLM starts. Keep it free of forklift imports and
+(file reads and writes for the Runner). Inside a docker container forklift's launcher
+(``engine/vllm_main.py``) loads it from the run folder mounted at /opt/forklift/ and calls
+``container_apply_file`` before vLLM is imported (the standalone ``forklift patch entrypoint`` script runs
+it with ``entry SPEC_JSON``). Keep it free of forklift imports and
 third-party imports (``packaging`` is imported lazily; every vLLM environment has it).
 
 A patch changes one or more files of a vLLM tree. Each file is named by a dotted module (with

@@ -14,14 +14,16 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forklift.errors import PatchError, RecipeError
 from forklift.patches import core
 from forklift.patches.engine import core_source
 from forklift.patches.spec import Patch, catalog, get
 from forklift.recipe.schema import PatchRef, Recipe
-from forklift.runner import Runner
+
+if TYPE_CHECKING:  # the Runner protocol only, as in engine.py
+    from forklift.runner import Runner
 
 CONTAINER_DIR = "/opt/forklift"
 SPEC_FILE = "patches.json"
