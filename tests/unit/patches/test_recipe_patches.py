@@ -305,3 +305,13 @@ def test_up_plans_docker_patches_and_reads_each_containers_hashes_back(tmp_path:
     [grep] = runners[0].ran("grep")
     assert grep.argv == ("grep", "-a", "-F", "-e", "[forklift-patch kv-scale-loader-args]",
                          f"/home/u/run/{launch.head.log_name}")
+
+
+def test_a_failed_start_names_the_patches_key_not_a_word_in_a_vllm_path() -> None:
+    from forklift.cluster.phases import relevant_tail, startup_hint
+
+    log = Path(__file__).parents[2] / "data" / "doctor" / "excerpts" / "forklift-launcher-patch-drift.log"
+    tail = relevant_tail(log.read_text().splitlines())
+    assert any(line.startswith("[forklift-patch] ERROR (drift): patch kv-scale-loader-args") for line in tail)
+    hint = startup_hint(tail)
+    assert hint is not None and hint[0] == "patches"  # not serve.quantization from .../quantization/kv_cache.py
