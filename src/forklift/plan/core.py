@@ -7,7 +7,7 @@ with notes, advice and the roofline. The KV manager is ``kvcache`` / ``kvspecs``
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from forklift.errors import HardwareError, PlanError
 from forklift.hardware.detect import local_amx
@@ -233,12 +233,12 @@ def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stor
     if cal is not None:
         return Terms(weights, cal.per_stage_activation.get(stage, cal.activation_gib) * GIB, cal.non_torch_gib * GIB,
                      cal.cudagraph_gib * GIB, cal.cudagraph_subtracted)
-    b = profile_batch(ctx, lay.block_size)
+    b = replace(profile_batch(ctx, lay.block_size), layers=end - start)
     act = terms.activation(spec, start, end, last, b, ctx.vr, st.runner).total
     cg, graphs = terms.cudagraph_estimate(spec, ctx.vr, b) if graphs_on else (0.0, (0, 0))
     nodes = len(ctx.deployment.nodes)
-    return Terms(weights, act, terms.non_torch(st.tp, st.pp, nodes), cg,
-                 graphs_on and ctx.vr.subtracts_cudagraphs(st.runner), graphs)
+    non_torch = terms.non_torch(st.tp, st.pp, nodes) + terms.profile_host(spec, b)
+    return Terms(weights, act, non_torch, cg, graphs_on and ctx.vr.subtracts_cudagraphs(st.runner), graphs)
 
 
 def requested_bytes(ctx: Context, rank: int) -> float:

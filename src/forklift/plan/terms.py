@@ -40,6 +40,7 @@ class Batch:
     moe_backend: str = "triton"  # triton | monolithic (MXFP4 via OAI triton_kernels) | flashinfer_cutlass (NVFP4)
     attention: str = "fa3"  # the decoder's attention backend: fa3 | fa2 | flashinfer | mla (attention_backend)
     unified: bool = False  # integrated GPU: vLLM's free-memory readings include host memory (GB10)
+    layers: int = 0  # decoder layers on this stage (host memory per captured graph grows with them)
 
 
 def _attention(s: ModelSpec, b: Batch) -> float:
@@ -249,7 +250,36 @@ def cudagraph_estimate(s: ModelSpec, vr: rules.VersionRules, b: Batch) -> tuple[
     full_first = _full_first(s, b, max(full_sizes)) if full_sizes else 0.0
     per_graph = float(m["cudagraph_mib_per_graph"]) * MIB
     full_per_graph = max(per_graph, _flashinfer_wrapper(b)) if b.attention == "flashinfer" else per_graph
-    return max(pw_first, full_first) + per_graph * max(pw - 1, 0) + full_per_graph * max(full - 1, 0), (pw, full)
+    host = graph_host(b)  # an integrated GPU's cudaMemGetInfo deltas include the graphs' host memory
+    first = max(pw_first, full_first) + host
+    return first + (per_graph + host) * max(pw - 1, 0) + (full_per_graph + host) * max(full - 1, 0), (pw, full)
+
+
+def _uma(key: str, layers: int) -> float:
+    """A measured host-memory term (base + per decoder layer, MiB) of data/vllm.yaml measured.uma_host; 0 when
+    no calibration run has measured it."""
+    entry = rules.measured().get("uma_host", {}).get(key)
+    if not entry:
+        return 0.0
+    return (float(entry["base"]) + float(entry["per_layer"]) * layers) * MIB
+
+
+def graph_host(b: Batch) -> float:
+    """Host memory of one captured graph set (one size: the PIECEWISE pieces or the FULL graph), measured as the
+    process tree's RSS growth over the real capture on the H200 divided by the graphs; counted on unified memory
+    only, where vLLM's estimator reads cudaMemGetInfo (gpu_model_runner.py profile_cudagraph_memory)."""
+    return _uma("graph_mib", b.layers) if b.unified else 0.0
+
+
+def profile_host(s: ModelSpec, b: Batch) -> float:
+    """Host memory the vLLM processes add between the worker's init snapshot and the after-profile snapshot,
+    which a unified GPU's MemAvailable reading turns into non-torch memory (utils/mem_utils.py
+    MemorySnapshot.measure: psutil available on integrated GPUs): the input batch's CPU token table (max_num_seqs x
+    max_model_len int32 + bool, gpu_input_batch.py InputBatch, built after the snapshot), plus what the H200 runs
+    measured (torch.compile, the profiling graphs; per decoder layer)."""
+    if not b.unified:
+        return 0.0
+    return b.seqs * b.max_model_len * 5 + _uma("profile_mib", b.layers)
 
 
 def non_torch(tp: int, pp: int, nnodes: int) -> float:
