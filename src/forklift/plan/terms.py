@@ -238,7 +238,8 @@ def _split_buffers(s: ModelSpec, b: Batch, size: int) -> float:
 
 def cudagraph_estimate(s: ModelSpec, vr: rules.VersionRules, b: Batch) -> tuple[float, tuple[int, int]]:
     """The V1 estimator (gpu_model_runner.py profile_cudagraph_memory): per mode, the first (largest) capture plus
-    max(second capture, 1 MiB) for each further graph; the largest first capture counts once."""
+    max(second capture, 1 MiB) for each further graph; the largest first capture counts once. The second capture
+    grows with the layers its graphs hold (measured per layer); on unified memory it also holds their host memory."""
     pw, full = graph_counts(vr, b)
     if not pw:
         return 0.0, (0, 0)
@@ -248,8 +249,10 @@ def cudagraph_estimate(s: ModelSpec, vr: rules.VersionRules, b: Batch) -> tuple[
     q = 1 + b.num_spec
     full_sizes = [x for x in sizes if q <= x <= b.seqs * q]
     full_first = _full_first(s, b, max(full_sizes)) if full_sizes else 0.0
-    per_graph = float(m["cudagraph_mib_per_graph"]) * MIB
-    full_per_graph = max(per_graph, _flashinfer_wrapper(b)) if b.attention == "flashinfer" else per_graph
+    floor = float(m["cudagraph_mib_per_graph"]) * MIB
+    per_graph = max(floor, float(m.get("cudagraph_pw_mib_per_layer", 0.0)) * b.layers * MIB)
+    full_graph = float(m.get("cudagraph_full_mib_per_layer", 0.0)) * b.layers * MIB
+    full_per_graph = max(floor, full_graph + (_flashinfer_wrapper(b) if b.attention == "flashinfer" else 0.0))
     host = graph_host(b)  # an integrated GPU's cudaMemGetInfo deltas include the graphs' host memory
     first = max(pw_first, full_first) + host
     return first + (per_graph + host) * max(pw - 1, 0) + (full_per_graph + host) * max(full - 1, 0), (pw, full)

@@ -38,8 +38,9 @@ def test_seed000_first_try_shows_the_batch_limit_terms() -> None:
     assert 0 < g.activation_gib - f.activation_gib < sampler - 1.0  # the sampler peak overlaps the MoE transient
     workspace = 8192 * (96 // 2) * 128 * 16 / GIB
     assert f.cudagraph_gib >= workspace and f.cudagraph_subtracted
-    more_graphs = ((51 - 5) * 1 + (51 - 4) * 16) / 1024  # PIECEWISE at the 1 MiB floor, FULL at 8 + 8 MiB
-    assert g.cudagraph_gib - f.cudagraph_gib == pytest.approx(more_graphs, abs=0.02)
+    # 46 more PIECEWISE graphs (>= the 1 MiB floor each) and 47 more FULL ones (>= 8 + 8 MiB FlashInfer wrappers
+    # each); on top, every graph holds 92 layers' kernels and their host memory (measured on the H200 grid)
+    assert g.cudagraph_gib - f.cudagraph_gib > ((51 - 5) * 1 + (51 - 4) * 16) / 1024 + 1.0
     assert g.kv_pool_gib < f.kv_pool_gib - 2.4  # 2.43 GiB from utilization (0.02 x 121.69), more from the limits
     assert any("max_num_seqs 1,024 x 151,552" in n for n in first.notes)
 
