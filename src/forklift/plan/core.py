@@ -7,7 +7,7 @@ with notes, advice and the roofline. The KV manager is ``kvcache`` / ``kvspecs``
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from forklift.errors import HardwareError, PlanError
 from forklift.hardware.detect import local_amx
@@ -191,11 +191,28 @@ def profile_batch(ctx: Context, block: int) -> terms.Batch:
     ranks (the DP all-gather before the experts), and experts are split tp x dp ways unless EP keeps them whole.
     ``block``: the KV block size after the hybrid alignment (MLA sizes its prefill workspace with it)."""
     st = ctx.st
-    monolithic = ctx.spec.quant.method == "mxfp4" and st.capability.startswith("9.")  # OAI triton_kernels on Hopper
     return terms.Batch(tp=st.tp, mnbt=st.mnbt, seqs=st.seqs, max_model_len=st.max_model_len, block=block,
                        dtype_bytes=st.dtype_bytes, tokens_to_experts=st.mnbt * st.dp,
                        expert_tp=1 if st.ep else st.tp * st.dp, capability=st.capability, num_spec=st.num_spec,
-                       moe_monolithic=monolithic)
+                       moe_backend=moe_backend(ctx),
+                       attention=terms.attention_backend(ctx.spec, st.capability, st.kv_dtype),
+                       unified=any(p.unified for p in ctx.profiles))
+
+
+def moe_backend(ctx: Context) -> str:
+    """Which fused-MoE kernel holds the profile's MoE buffers (fused_moe/oracle/*.py @0.26.0): MXFP4 on Hopper goes
+    to OAI triton_kernels (monolithic); NVFP4 on SM12x to FlashInfer's CUTLASS MoE, the first NVFP4 backend there
+    (TRTLLM and CuteDSL are SM10x only; FlashInferExperts take kNvfp4 from SM100 up); everything else to Triton."""
+    st, spec = ctx.st, ctx.spec
+    if spec.moe is None or st.platform != "cuda":
+        return "triton"
+    quant = online_scheme(ctx.deployment.recipe.serve.quantization, spec.quant)
+    if quant.method == "mxfp4" and st.capability.startswith("9."):
+        return "monolithic"
+    experts = quant.format_for("model.layers.1.mlp.experts", linear=True, role="experts", base="bf16")
+    if experts == "nvfp4" and st.capability.startswith("12."):
+        return "flashinfer_cutlass"
+    return "triton"
 
 
 def stage_layout(ctx: Context, stage: int) -> KvLayout:
@@ -216,12 +233,12 @@ def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stor
     if cal is not None:
         return Terms(weights, cal.per_stage_activation.get(stage, cal.activation_gib) * GIB, cal.non_torch_gib * GIB,
                      cal.cudagraph_gib * GIB, cal.cudagraph_subtracted)
-    b = profile_batch(ctx, lay.block_size)
+    b = replace(profile_batch(ctx, lay.block_size), layers=end - start)
     act = terms.activation(spec, start, end, last, b, ctx.vr, st.runner).total
     cg, graphs = terms.cudagraph_estimate(spec, ctx.vr, b) if graphs_on else (0.0, (0, 0))
     nodes = len(ctx.deployment.nodes)
-    return Terms(weights, act, terms.non_torch(st.tp, st.pp, nodes), cg,
-                 graphs_on and ctx.vr.subtracts_cudagraphs(st.runner), graphs)
+    non_torch = terms.non_torch(st.tp, st.pp, nodes) + terms.profile_host(spec, b)
+    return Terms(weights, act, non_torch, cg, graphs_on and ctx.vr.subtracts_cudagraphs(st.runner), graphs)
 
 
 def requested_bytes(ctx: Context, rank: int) -> float:

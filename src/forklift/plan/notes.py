@@ -61,11 +61,22 @@ def _unified_notes(core: Core) -> list[str]:
                          f"{prof.name}); vLLM compares MemAvailable with utilization x total at startup; "
                          f"`forklift hw --node {node.host}` measures it")
     if notes:
-        notes.append("unified memory: vLLM counts its processes' host-memory growth during load and profiling as "
-                     "non-torch memory there; the planner's terms come from discrete-GPU (H200) runs and leave it "
-                     "out, so the KV pool is an upper bound; one startup log from these nodes through "
-                     "`forklift plan RECIPE --calibrate LOG` replaces the terms")
+        notes.append(_unified_terms_note())
     return notes
+
+
+def _unified_terms_note() -> str:
+    """What the plan counts of the host memory a unified GPU's free-memory readings include."""
+    measured = bool(rules.measured().get("uma_host"))
+    counted = ("the input batch's CPU token table, FlashInfer's pinned decode buffers"
+               + (", and the host memory per captured graph and per profile run measured on our H200 runs "
+                  "(process RSS; per decoder layer)" if measured else ""))
+    left = "anything else the processes grow by (weight loading, kernels JIT-built on the node)" if measured else \
+        "torch.compile's and the CUDA graphs' host memory (not measured yet)"
+    return (f"unified memory: vLLM reads free memory there from MemAvailable (profile) and cudaMemGetInfo (CUDA-graph "
+            f"estimate), so host memory counts against the KV pool; the plan counts {counted}; it leaves out {left}, "
+            "so the KV pool is an upper bound; one startup log from these nodes through "
+            "`forklift plan RECIPE --calibrate LOG` replaces the terms")
 
 
 def _kv_notes(core: Core) -> list[str]:
