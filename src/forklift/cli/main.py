@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "recipe",
     "model",
     "node",
+    "net",
     "patch",
 ]
 
