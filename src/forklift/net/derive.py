@@ -89,7 +89,9 @@ def candidates(host: str, facts: Mapping[str, NodeNet], routes: Iterable[Route],
             found = tuple(r for r in reach if r is not None)
             out.append(Candidate(host, addr.ip, iface, _score(me, iface, addr.ip, found, facts, current, degraded),
                                  found))
-    return sorted(out, key=lambda c: c.score, reverse=True)
+    out.sort(key=lambda c: c.iface.pci or f"~{c.iface.name}")  # ties: the first PCIe link (eugr picks enp1...)
+    out.sort(key=lambda c: c.score, reverse=True)
+    return out
 
 
 def _score(me: NodeNet, iface: Interface, ip: str, reach: tuple[Route, ...], facts: Mapping[str, NodeNet],
@@ -128,14 +130,14 @@ def gid_index(node: NodeNet, hca: str) -> int | None:
 
 def ib_hcas(node: NodeNet, peer_ifaces: Iterable[str]) -> tuple[str, ...]:
     """ACTIVE HCAs on the twins of the peer-facing interfaces that carry an IPv4 RoCE v2 GID."""
-    found: set[str] = set()
+    found: dict[str, str] = {}
     for name in peer_ifaces:
         for twin in node.twins(name):
             for hca in twin.hcas:
                 dev = node.rdma.get(hca)
                 if dev is not None and any(p.active for p in dev.ports) and gid_index(node, hca) is not None:
-                    found.add(hca)
-    return tuple(sorted(found))
+                    found[hca] = twin.pci or f"~{hca}"
+    return tuple(sorted(found, key=lambda h: (found[h], h)))  # PCI order: the same position on every node
 
 
 def settings(facts: Mapping[str, NodeNet], routes: Iterable[Route], current: Mapping[str, str | None], *,

@@ -79,6 +79,15 @@ def route_get(text: str) -> dict[str, str | None]:
             "type": row.get("type")}
 
 
+def gid_line(line: str) -> tuple[int, str, str | None] | None:
+    """One ``ibv_devinfo -v`` GID line -> (index, gid, type or None): ``GID[  3]:  ::ffff:200.0.209.6, RoCE v2``;
+    older rdma-core prints eight groups and no type."""
+    m = _IBV_GID.search(line)
+    if m is None:
+        return None
+    return int(m.group(1)), m.group(2), m.group(3).strip() if m.group(3) else None
+
+
 def ibv_devinfo(text: str) -> dict[str, dict[str, Any]]:
     """``ibv_devinfo [-v]`` -> {hca: {fw_ver, sys_image_guid, ports: {n: {state, max_mtu, active_mtu, link_layer,
     gids: [(index, gid, type or None)]}}}}. GIDs appear with ``-v``; newer rdma-core appends ``, RoCE v2`` and
@@ -87,9 +96,9 @@ def ibv_devinfo(text: str) -> dict[str, dict[str, Any]]:
     hca: dict[str, Any] | None = None
     port: dict[str, Any] | None = None
     for line in text.splitlines():
-        gid = _IBV_GID.search(line)
-        if gid and port is not None:
-            port["gids"].append((int(gid.group(1)), gid.group(2), gid.group(3).strip() if gid.group(3) else None))
+        gid = gid_line(line)
+        if gid is not None and port is not None:
+            port["gids"].append(gid)
             continue
         kv = _IBV_KV.match(line)
         if not kv:
