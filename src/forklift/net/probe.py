@@ -4,16 +4,15 @@ per node pair, in rounds of disjoint pairs. Servers started for a test are stopp
 
 from __future__ import annotations
 
+import json
 import statistics
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from forklift.errors import ForkliftError
 from forklift.net import parse
-from forklift.net.gather import host_python, run_program
+from forklift.net.gather import host_python, program_source, run_program
 from forklift.net.model import Bandwidth, NodeNet, PortProbe
 from forklift.recipe.schema import Recipe
 from forklift.runner import Runner, fan_out
@@ -43,45 +42,68 @@ def ports_to_test(recipe: Recipe) -> list[PortSpec]:
     return out
 
 
+LISTEN_LOG = "/tmp/forklift-net-listen-{port}.log"
+LISTEN_SAFETY_S = 60
+"""The listener exits by itself after this long even if forklift could not stop it."""
+
+
+def _start_listener(runner: Runner, python: str, head_ip: str, free: Sequence[PortSpec]) -> tuple[int, str]:
+    """Spawn the gather program's listener on the head; returns (pid, log path). Its first log line says which
+    ip:port it bound."""
+    log = LISTEN_LOG.format(port=free[0].port)
+    args = {"listen": [[head_ip, s.port] for s in free], "listen_s": LISTEN_SAFETY_S, "expect": 1 << 30}
+    spawned = runner.spawn([python, "-c", program_source(), json.dumps(args)], log_path=log)
+    return spawned.pid, log
+
+
+def _stop_listener(runner: Runner, pid: int, log: str) -> dict[str, Any]:
+    text = runner.run(["cat", log], timeout=15).stdout
+    runner.run(["kill", str(pid)], timeout=15)
+    runner.run(["rm", "-f", log], timeout=15)
+    for line in text.splitlines():
+        try:
+            out: dict[str, Any] = json.loads(line)
+            return out
+        except ValueError:
+            continue
+    return {"bound": [], "errors": {"listener": (text.strip() or "no output")[-200:]}}
+
+
 def reach_ports(recipe: Recipe, runners: Mapping[int, Runner], head_ip: str, specs: Sequence[PortSpec],
                 listening: frozenset[int]) -> list[PortProbe]:
-    """Listen on the head at ``head_ip`` on each port (not already taken) for a few seconds while every other node
-    connects to it ``CONNECT_TRIES`` times; an unreached port is named with how it failed (timeout: filtered)."""
+    """Listen on the head at ``head_ip`` on each port not already taken while every other node connects to it
+    ``CONNECT_TRIES`` times, then stop listening; an unreached port is named with how it failed (timeout: a
+    firewall drops it)."""
     head, hosts = recipe.head.host, [n.host for n in recipe.nodes]
     free = [s for s in specs if s.port not in listening]
-    if not free or len(runners) < 2:
+    if not free or len(runners) < 2 or 0 not in runners:
         return []
-    expect = (len(runners) - 1) * len(free) * CONNECT_TRIES
-    listen_out: dict[str, Any] = {}
-
-    def listen() -> None:
-        try:
-            listen_out.update(run_program(runners[0], host_python(recipe),
-                                          {"listen": [[head_ip, s.port] for s in free], "listen_s": 12,
-                                           "expect": expect}, timeout=30))
-        except ForkliftError as exc:
-            listen_out["errors"] = {"listener": exc.message}
-
-    thread = threading.Thread(target=listen, daemon=True)
-    thread.start()
-    time.sleep(0.2)
-    args = {"facts": False, "connect": [[head_ip, s.port, CONNECT_TRIES] for s in free], "timeout": CONNECT_TIMEOUT_S}
-    done = fan_out(((i, i) for i in runners if i != 0), lambda i: run_program(runners[i], host_python(recipe), args))
-    thread.join(timeout=40)
-    bound = set(listen_out.get("bound", []))
+    python = host_python(recipe)
+    pid, log = _start_listener(runners[0], python, head_ip, free)
+    try:
+        time.sleep(0.3)  # a refusal is retried for 1.5 s anyway (gather_program.REFUSED_GRACE_S)
+        args = {"facts": False, "connect": [[head_ip, s.port, CONNECT_TRIES] for s in free],
+                "timeout": CONNECT_TIMEOUT_S}
+        done = fan_out(((i, i) for i in runners if i != 0), lambda i: run_program(runners[i], python, args))
+    finally:
+        listened = _stop_listener(runners[0], pid, log)
+    bound = set(listened.get("bound", []))
     out: list[PortProbe] = []
-    for i in sorted(runners):
-        if i == 0:
-            continue
+    for i in sorted(k for k in runners if k != 0):
         results = done.results.get(i, {}).get("connects", [])
-        for spec, res in zip(free, results or [{}] * len(free), strict=False):
+        failed = str(done.errors[i]) if i in done.errors else "no result from the probe"
+        for k, spec in enumerate(free):
             if f"{head_ip}:{spec.port}" not in bound:
-                error = listen_out.get("errors", {}).get(f"{head_ip}:{spec.port}") or "forklift could not listen there"
+                why = listened.get("errors", {})
+                error = why.get(f"{head_ip}:{spec.port}") or why.get("listener") or "forklift could not listen there"
                 out.append(PortProbe(hosts[i], head, head_ip, spec.port, spec.label, False, f"not tested: {error}"))
-                continue
-            rtts = tuple(round(float(x), 3) for x in res.get("rtt_ms", []))
-            out.append(PortProbe(hosts[i], head, head_ip, spec.port, spec.label, not res.get("error"),
-                                 res.get("error"), rtts))
+            elif k >= len(results):
+                out.append(PortProbe(hosts[i], head, head_ip, spec.port, spec.label, False, f"not tested: {failed}"))
+            else:
+                res = results[k]
+                rtts = tuple(round(float(x), 3) for x in res.get("rtt_ms", []))
+                out.append(PortProbe(hosts[i], head, head_ip, spec.port, spec.label, not res.get("error"),
+                                     res.get("error"), rtts))
     return out
 
 
