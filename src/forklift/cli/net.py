@@ -68,11 +68,11 @@ def apply_cmd(target: TargetArg, write: Annotated[bool, typer.Option("--write", 
                     "checks": [c.to_json() for c in report.checks if c.status != "ok"]})
         return
     if not change.changed:
-        console.print(f"{change.path}: already matches the derived settings")
+        console.print(f"{change.path}: already matches the derived settings", highlight=False, soft_wrap=True)
         return
-    console.print(change.diff, markup=False, highlight=False, end="")
+    console.print(change.diff, markup=False, highlight=False, end="", soft_wrap=True)
     console.print(f"{'wrote' if written else 'would write'} {change.path}"
-                  + ("" if written else " (add --write)"), highlight=False)
+                  + ("" if written else " (add --write)"), highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
