@@ -114,6 +114,19 @@ def _hca_pair(src: NodeNet, dev: str, dst: NodeNet, ip: str) -> tuple[str, str] 
     return (mine, theirs) if mine and theirs else None
 
 
+def _missing_tools(facts: Mapping[str, NodeNet]) -> list[CheckResult]:
+    out = []
+    for host, node in facts.items():
+        if not node.tools.get("iperf3"):
+            out.append(CheckResult("iperf3", "skip", f"iperf3 is not installed on {host}: TCP bandwidth to and from "
+                                   "it was not measured", host=host, fix=f"Install it on {host}: apt-get install "
+                                   "iperf3"))
+        if node.rdma and not node.tools.get("ib_write_bw"):
+            out.append(CheckResult("ib_write_bw", "skip", f"perftest is not installed on {host}: RDMA bandwidth was "
+                                   "not measured", host=host, fix=f"Install it on {host}: apt-get install perftest"))
+    return out
+
+
 def _node_checks(target: Target, report: NetReport, profile: NetworkProfile) -> list[CheckResult]:
     recipe, ref = target.recipe, target.origin
     out: list[CheckResult] = []
@@ -195,6 +208,7 @@ def check(target: Target, *, runners: Mapping[int, Runner] | None = None, measur
         report.checks += [vp.port_held(recipe.head.host, s.port, s.label) for s in specs if s.port in head.listening]
         on_event("measuring bandwidth between node pairs")
         report.bandwidth = _pair_tests(recipe, live, report.nodes, report.data_ips, report.routes)
+        report.checks += _missing_tools(report.nodes)
     bw_checks = [vp.bandwidth(b, profile, None) for b in report.bandwidth]
     degraded = frozenset((c.details["dst"], c.details["ip"]) for c in bw_checks if c.status == "fail")
     report.derived = derive.settings(report.nodes, report.routes, current, degraded=degraded)
