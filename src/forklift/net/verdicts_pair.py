@@ -33,8 +33,8 @@ def route(r: Route, data_ip_owner: Mapping[str, str]) -> CheckResult:
 
 def mtu(r: Route, facts: Mapping[str, NodeNet], peer_dev: str | None) -> CheckResult | None:
     """The MTU of the interface ``r.src`` sends on against the interface holding the peer's address."""
-    if r.dev is None or peer_dev is None or r.src not in facts or r.dst not in facts:
-        return None
+    if r.dev in (None, "lo") or peer_dev is None or r.src not in facts or r.dst not in facts:
+        return None  # no route, or both "nodes" on one host (delivered locally)
     mine, theirs = facts[r.src].interfaces.get(r.dev), facts[r.dst].interfaces.get(peer_dev)
     if mine is None or theirs is None or mine.mtu is None or theirs.mtu is None:
         return None
