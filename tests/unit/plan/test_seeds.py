@@ -21,6 +21,23 @@ def test_seed000_weights_and_kv_per_node() -> None:
     assert short.ranks[0].kv_needed_gib == pytest.approx(2.81, abs=0.01)
 
 
+def test_seed000_first_try_shows_the_batch_limit_terms() -> None:
+    """The seed's first try (utilization 0.88, vLLM's default batch limits, 32K): vLLM 0.26 on a GB10 takes
+    8192 / 1024; the dummy sampler over 1024 x 151,552 logits (on top of the persistent MoE workspace) and 51 + 51
+    CUDA graphs are what the batch limits change, derived from vLLM's profile run."""
+    final = make(recipes.load("glm-4.7-nvfp4-2x-spark"))
+    first = make(recipes.load("glm-4.7-nvfp4-2x-spark", [
+        "serve.gpu_memory_utilization=0.88", "serve.max_num_batched_tokens=null", "serve.max_num_seqs=null",
+        "serve.max_model_len=32768"]))
+    assert (first.max_num_batched_tokens, first.max_num_seqs) == (8192, 1024)
+    f, g = final.ranks[0], first.ranks[0]
+    sampler = 14 * 1024 * 151552 / GIB  # V1 dummy sampler bytes per logit (nw 2.5), 2 passes share the peak
+    assert g.activation_gib - f.activation_gib == pytest.approx(sampler - 0.375, abs=0.1)
+    assert g.cudagraph_gib > f.cudagraph_gib and g.cudagraph_subtracted
+    assert g.kv_pool_gib < f.kv_pool_gib - 4.0  # 2.4 GiB from utilization, the rest from the batch limits
+    assert any("max_num_seqs 1,024 x 151,552" in n for n in first.notes)
+
+
 def test_seed002_weights_split_and_roofline_notes() -> None:
     plan = make(recipes.load("glm-5.2-reap-3x-spark-pp3"))
     assert plan.pp_partition == [26, 26, 26]
