@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "recipe": ("recipe", "List, show and validate recipes; print the recipe JSON Schema."),
     "model": ("model", "Prepare the bundled model; copy a recipe's model to its nodes."),
     "node": ("node", "Prepare nodes: sysctl, swap, the OOM/page-cache guard. Checkable and reversible."),
+    "net": ("net", "Network: find each node pair's link, measure it, write NCCL's settings."),
     "patch": ("patch", "vLLM source patches that know their versions: list, check, apply, revert."),
 }
 

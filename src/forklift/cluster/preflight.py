@@ -253,6 +253,9 @@ def run_preflight(recipe: Recipe, runners: Mapping[int, Runner], paths: Mapping[
         report.checks.extend(_model_checks(recipe, facts, paths, reference, need))
         report.checks.extend(_resource_checks(recipe, facts, reference, need))
     report.checks.extend(_version_checks(recipe, facts))
+    from forklift.net.preflight import link_checks  # net sits above cluster; this module imports none of cluster
+
+    report.checks.extend(link_checks(recipe, {i: r for i, r in runners.items() if i in facts}))
     report.versions = {recipe.nodes[i].host: f.version for i, f in facts.items() if f.version}
     report.gpu_baseline_mib = {recipe.nodes[i].host: f.gpu_used_mib for i, f in facts.items() if f.gpu_used_mib}
     return report

@@ -277,6 +277,7 @@ def up(plan: Plan | Unplanned, *, name: str = "default", on_event: EventFn = _no
     pre = preflight(plan, name, runners=runners, run_id=run_id, on_event=on_event)
     pre.report.raise_if_failed()
     warnings = node_checks(recipe, runners, strict=strict) if check_nodes else []
+    warnings += [c for c in pre.report.checks if c.status == "warn"]  # e.g. a link net check measured degraded
     plan = _for_version(plan, pre.version)
     gate(plan, force=force)
     on_event("prepare", f"applying {len(recipe.patches)} patch(es)" if recipe.patches else "no patches")

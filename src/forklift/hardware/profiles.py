@@ -46,6 +46,12 @@ class NetworkProfile(BaseModel):
     description: str
     latency_us: float
     bandwidth_gbs: float
+    link_gbit: float | None = None
+    """Nominal link speed per interface in Gb/s (what sysfs/ethtool should report); `forklift net check`."""
+    tcp_gbit: float | None = None
+    """TCP throughput one healthy path reaches with iperf3 (8 streams) in Gb/s; `forklift net check`."""
+    rdma_gbit: float | None = None
+    """ib_write_bw average one healthy rail reaches (1 QP) in Gb/s; `forklift net check`."""
 
 
 def _load(file: str) -> dict[str, dict[str, Any]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from forklift.plan.model import Decisions
-from forklift.recipe.schema import Recipe, Serve
+from forklift.recipe.schema import Node, Recipe, Serve
 
 API_KEY_VAR = "VLLM_API_KEY"
 """The variable vLLM reads its API key from (the head's secret_env maps it to serve.api_key_env)."""
@@ -87,6 +87,18 @@ def network_env(recipe: Recipe) -> dict[str, str]:
         env["NCCL_IB_DISABLE"] = "1" if net.nccl_ib_disable else "0"
     if net.nccl_net_gdr_level is not None:
         env["NCCL_NET_GDR_LEVEL"] = str(net.nccl_net_gdr_level)
+    return env
+
+
+def node_network_env(node: Node) -> dict[str, str]:
+    """A node's own NCCL / Gloo settings (over the recipe's network section, under the node's env)."""
+    env: dict[str, str] = {}
+    for var, value in (("NCCL_SOCKET_IFNAME", node.nccl_socket_ifname), ("GLOO_SOCKET_IFNAME", node.gloo_socket_ifname),
+                       ("NCCL_IB_HCA", node.nccl_ib_hca)):
+        if value:
+            env[var] = value
+    if node.nccl_ib_gid_index is not None:
+        env["NCCL_IB_GID_INDEX"] = str(node.nccl_ib_gid_index)
     return env
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from forklift.errors import RecipeError
 from forklift.hardware.profiles import get as hardware_profile
 from forklift.launch.docker import LAUNCHER_IN_CONTAINER, container_name, docker_argv
-from forklift.launch.flags import API_KEY_VAR, engine_args, rank_env
+from forklift.launch.flags import API_KEY_VAR, engine_args, node_network_env, rank_env
 from forklift.launch.model import Launch, NodePaths, RankLaunch, Role
 from forklift.model.bundled import target_dir as bundled_dir
 from forklift.patches import recipes as recipe_patches
@@ -187,7 +187,7 @@ def _ray_processes(ctx: _Ctx, env: dict[str, str]) -> tuple[list[RankLaunch], li
         else:
             ray += ["--address", f"{head_ip}:{recipe.ray.port}"]
         role: Role = "ray-head" if idx == 0 else "ray-worker"
-        node_env = {**env, **node.env}
+        node_env = {**env, **node_network_env(node), **node.env}
         node_env.setdefault("VLLM_HOST_IP", node_addr(node))  # Ray workers' vLLM actors bind this address
         procs.append(ctx.wrap(idx, idx, role, ray, node_env, {}, headless=idx > 0))
     status = [ctx.python, *RAY_CLI, "status", "--address", f"{head_ip}:{recipe.ray.port}"]
@@ -200,7 +200,7 @@ def _engine_rank(ctx: _Ctx, plan: Plan | Unplanned, idx: int, env: dict[str, str
                  ray_mode: bool) -> RankLaunch:
     recipe = ctx.recipe
     node, nnodes = recipe.nodes[idx], len(recipe.nodes)
-    node_env = {**env, **node.env}
+    node_env = {**env, **node_network_env(node), **node.env}
     if nnodes > 1 and (node.data_ip or not node.is_local):
         node_env.setdefault("VLLM_HOST_IP", node_addr(node))
     if ray_mode:

@@ -212,6 +212,19 @@ class Node(Strict):
         description="Environment for this node's ranks only, over the recipe's env "
         "(e.g. CUDA_VISIBLE_DEVICES when two 'nodes' share one host).",
     )
+    nccl_socket_ifname: str | None = Field(
+        default=None, description="NCCL_SOCKET_IFNAME for this node's ranks, over network.nccl_socket_ifname "
+        "(interface names differ per node; `forklift net apply` writes it).",
+    )
+    gloo_socket_ifname: str | None = Field(default=None, description="GLOO_SOCKET_IFNAME for this node's ranks.")
+    nccl_ib_hca: str | None = Field(
+        default=None, description="NCCL_IB_HCA for this node: the RDMA devices of the port that reaches the peers "
+        "(cabling may use another port per node).",
+    )
+    nccl_ib_gid_index: int | None = Field(
+        default=None, ge=0, description="NCCL_IB_GID_INDEX for this node. Leave unset: NCCL >= 2.21.5 picks the "
+        "RoCE v2 IPv4 entry per HCA itself; `forklift net check` shows the index.",
+    )
 
     @field_validator("host")
     @classmethod
