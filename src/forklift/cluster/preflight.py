@@ -17,6 +17,7 @@ from forklift.cluster.modelfiles import HASHED, Listing, needed_files, remote_li
 from forklift.cluster.procs import port_holder
 from forklift.errors import EngineNotInstalledError, ForkliftError, PreflightError, RunnerError
 from forklift.launch.render import expand_home, python_for
+from forklift.net.preflight import link_checks
 from forklift.recipe.schema import DockerRuntime, Recipe
 from forklift.results import CheckResult, Status
 from forklift.runner import Runner
@@ -253,8 +254,6 @@ def run_preflight(recipe: Recipe, runners: Mapping[int, Runner], paths: Mapping[
         report.checks.extend(_model_checks(recipe, facts, paths, reference, need))
         report.checks.extend(_resource_checks(recipe, facts, reference, need))
     report.checks.extend(_version_checks(recipe, facts))
-    from forklift.net.preflight import link_checks  # net sits above cluster; this module imports none of cluster
-
     report.checks.extend(link_checks(recipe, {i: r for i, r in runners.items() if i in facts}))
     report.versions = {recipe.nodes[i].host: f.version for i, f in facts.items() if f.version}
     report.gpu_baseline_mib = {recipe.nodes[i].host: f.gpu_used_mib for i, f in facts.items() if f.gpu_used_mib}

@@ -19,7 +19,6 @@ from typing import Any
 
 from forklift import __version__
 from forklift.cluster import procs
-from forklift.cluster.hosts import runners_for
 from forklift.cluster.modelfiles import hub_snapshot, local_listing
 from forklift.cluster.preflight import PreflightReport, run_preflight
 from forklift.cluster.ready import FAIL_GRACE_S, wait_ready
@@ -37,6 +36,7 @@ from forklift.errors import (
     RunNotFoundError,
 )
 from forklift.launch.flags import API_KEY_VAR
+from forklift.launch.hosts import runners_for
 from forklift.launch.model import Launch, NodePaths
 from forklift.launch.render import python_for, render
 from forklift.model.resolve import hf_cache_path, local_path

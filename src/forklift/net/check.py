@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from forklift.cluster.hosts import runners_for
 from forklift.hardware.profiles import NetworkProfile
 from forklift.hardware.profiles import network as network_profile
+from forklift.launch.hosts import runners_for
 from forklift.net import derive, gather, probe, store
 from forklift.net import verdicts_node as vn
 from forklift.net import verdicts_pair as vp

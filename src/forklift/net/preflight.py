@@ -3,7 +3,7 @@ every node holds its data_ip; the head routes to every other node's address, thr
 NCCL_SOCKET_IFNAME selects when one is set; a path ``net check`` measured degraded, or a link negotiated below
 the network profile, is a warning.
 
-``cluster.preflight`` calls ``link_checks``; this module imports nothing from ``forklift.cluster``.
+``cluster.preflight`` calls ``link_checks`` (net sits below cluster: it reaches nodes through launch.hosts).
 """
 
 from __future__ import annotations
