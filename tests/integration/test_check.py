@@ -139,8 +139,8 @@ def test_parity_against_a_saved_transcript(served: Served, tmp_path: Path) -> No
     assert _by_id(_report(same))["parity"]["status"] == "ok" and same.returncode == 0
     # The same transcript as if from a compiled (not eager) PP=2 deployment that answered differently.
     doc = json.loads(ref.read_text())
-    doc["prompts"][2]["tokens"] = ["L", "'", "É", "to", "ile"]
-    doc["prompts"][2]["text"] = "L'Étoile"
+    doc["prompts"][2]["tokens"] = ["Zz", "zz"]  # an answer this model never gives, whatever the CPU (ENGINE-NOTES)
+    doc["prompts"][2]["text"] = "Zzzz"
     doc["settings"]["serve.enforce_eager"] = False
     doc["settings"]["parallel.pp"] = 2
     ref.write_text(json.dumps(doc))
