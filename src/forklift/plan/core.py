@@ -6,7 +6,7 @@ with notes, advice and the roofline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from forklift.errors import HardwareError
 from forklift.hardware.detect import local_amx
@@ -19,6 +19,7 @@ from forklift.plan import calibrate, layout, rules
 from forklift.plan import memory as mem
 from forklift.plan.model import RankPlan
 from forklift.recipe.deployment import Deployment
+from forklift.speculative import sizing
 
 GIB = mem.GIB
 _MTP_METHODS = ("mtp",)
@@ -164,6 +165,9 @@ def _terms(ctx: Context, stage: int, table: mem.WeightTable, stored: list[float]
     start, end = ctx.ranges[stage]
     first, last = stage == 0, stage == st.pp - 1
     weights = stored[stage] if stored is not None else table.stage(start, end, first, last)
+    draft = draft_cost(ctx)  # [speculative] a separate draft (or MTP's embedding copy under PP) on the last stage
+    if last and draft is not None:
+        weights += draft.weight_bytes
     graphs = st.platform == "cuda" and not st.eager
     if cal is not None:
         return _Terms(weights, cal.per_stage_activation.get(stage, cal.activation_gib) * GIB,
@@ -188,6 +192,8 @@ def _rank(ctx: Context, rank: int, terms: _Terms, cpu_pool: int) -> tuple[RankPl
         pool = int(requested - terms.weights - terms.activation - terms.non_torch
                    - (terms.cudagraph if terms.cudagraph_subtracted else 0.0))
     kv = mem.kv_layout(spec, start, end, tp=st.tp, kv_cache_dtype=st.kv_dtype, dtype_bytes=st.dtype_bytes)
+    if stage == st.pp - 1:
+        kv = _with_draft_kv(ctx, kv)  # [speculative] draft KV shares the last stage's pool
     need = mem.kv_needed_bytes(kv, st.max_model_len, st.block, st.dcp, spec.sliding_window, st.mnbt)
     plan = RankPlan(
         rank=rank, host=ctx.deployment.nodes[ctx.place.node_of(rank)].host, hardware=prof.name, pp_stage=stage,
@@ -199,6 +205,32 @@ def _rank(ctx: Context, rank: int, terms: _Terms, cpu_pool: int) -> tuple[RankPl
         num_blocks=mem.num_blocks(pool, kv, st.block), kv_needed_gib=mem.round_gib(need),
     )
     return plan, kv, pool
+
+
+# --- [speculative] draft weights and KV: the arithmetic is forklift.speculative.sizing's -----------------------
+
+
+def draft_cost(ctx: Context) -> sizing.DraftCost | None:
+    """What the recipe's speculative draft adds to each rank of the last stage (None without one)."""
+    cfg = ctx.deployment.recipe.serve.speculative
+    if cfg is None:
+        return None
+    return sizing.draft_cost(ctx.spec, cfg, tp=ctx.st.tp, pp=ctx.st.pp, dtype_bytes=ctx.st.dtype_bytes,
+                             draft=sizing.read_draft(getattr(cfg, "model", None)))
+
+
+def _with_draft_kv(ctx: Context, kv: mem.KvLayout) -> mem.KvLayout:
+    draft = draft_cost(ctx)
+    if draft is None:
+        return kv
+    st, spec = ctx.st, ctx.spec
+    per_mtp = mem.layer_kv_bytes(spec, spec.num_layers, tp=st.tp, kv_cache_dtype=st.kv_dtype,
+                                 model_dtype_bytes=st.dtype_bytes)
+    extra = int(draft.target_like_kv_layers * per_mtp + draft.kv_bytes_per_token)
+    return replace(kv, bytes_per_token=kv.bytes_per_token + extra) if extra else kv
+
+
+# ------------------------------------------------------------------------------------------------------------
 
 
 def weight_table(ctx: Context) -> tuple[mem.WeightTable, list[float] | None]:
