@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import httpx
 
@@ -28,6 +28,7 @@ from forklift.bench.workload import (
     load_prompt_file,
 )
 from forklift.errors import BenchError
+from forklift.speculative import workload as spec_workload
 
 _POOL_CAP = 256  # distinct prompts built up front when the count is open-ended (duration mode)
 
@@ -48,8 +49,15 @@ class BenchConfig:
     request_timeout_s: float = 600.0
     seed: int = 0
     ignore_eos: bool = True
+    workload: str | None = None
+    """A repetitive workload of ``forklift.speculative.workload`` (copy, edit, prose) instead of random tokens."""
 
     def validate(self) -> None:
+        if self.workload is not None and self.workload not in spec_workload.KINDS:
+            raise BenchError(f"--workload {self.workload!r} is not a repetitive workload",
+                             fix=f"Pass one of: {', '.join(spec_workload.KINDS)}.")
+        if self.workload is not None and self.prompts_file is not None:
+            raise BenchError("--workload and --prompts both choose the prompts", fix="Pass one of them.")
         if not self.concurrency:
             raise BenchError("no concurrency levels given", fix="Pass --concurrency 1,2,4.")
         for c in self.concurrency:
@@ -77,7 +85,7 @@ class BenchConfig:
         return {"concurrency": list(self.concurrency), "input_len": self.input_len, "output_len": self.output_len,
                 "requests": self.requests, "duration_s": self.duration_s, "rate": self.rate,
                 "prompts_file": str(self.prompts_file) if self.prompts_file else None, "warmup": self.warmup,
-                "slo": self.slo.to_json(), "seed": self.seed, "ignore_eos": self.ignore_eos,
+                "slo": self.slo.to_json(), "seed": self.seed, "ignore_eos": self.ignore_eos, "workload": self.workload,
                 "api": "/v1/completions (streamed, include_usage)"}
 
 
@@ -121,13 +129,27 @@ def build_prompts(config: BenchConfig, target: Target, tok: Tokenizer | None) ->
         prompts = load_prompt_file(config.prompts_file, config.output_len, tok)
         check_lengths(prompts, target.max_model_len)
         return prompts
-    if tok is None:
-        raise BenchError("fixed-length prompts need a tokenizer", fix="Pass --tokenizer PATH or --prompts FILE.")
     if config.requests is not None and config.duration_s is None:
         count = config.warmup + config.requests * len(config.concurrency)
     else:
         count = _POOL_CAP
+    if config.workload is not None:
+        return repetitive_prompts(config, target, tok, min(count, 4 * _POOL_CAP))
+    if tok is None:
+        raise BenchError("fixed-length prompts need a tokenizer", fix="Pass --tokenizer PATH or --prompts FILE.")
     return fixed_length_prompts(tok, min(count, 4 * _POOL_CAP), config.input_len, config.output_len, config.seed)
+
+
+def repetitive_prompts(config: BenchConfig, target: Target, tok: Tokenizer | None, count: int) -> list[Prompt]:
+    """``count`` prompts of the repetitive workload, each over its own module (so prefix caching does not turn
+    later requests into copies of the first), sized by the client's tokenizer when there is one."""
+    kind = cast(spec_workload.Kind, config.workload)
+    out = [Prompt(text=p.text, output_len=config.output_len,
+                  prompt_tokens=len(tok.encode(p.text, special=True)) if tok is not None else None,
+                  source=f"{kind}#{config.seed + i}")
+           for i, p in enumerate(spec_workload.prompts(kind, count, seed=config.seed))]
+    check_lengths(out, target.max_model_len)
+    return out
 
 
 def _record(outcome: StreamOutcome, prompt: Prompt, t0: float) -> RequestRecord:
@@ -255,7 +277,7 @@ async def _counters(target: Target, before: server_metrics.Snapshot | None, befo
 
 def _check_fixed_lengths(config: BenchConfig, max_model_len: int | None) -> None:
     """Refuse fixed lengths the context cannot hold, before building any prompt."""
-    if config.prompts_file is not None or max_model_len is None:
+    if config.prompts_file is not None or config.workload is not None or max_model_len is None:
         return
     if config.input_len + config.output_len > max_model_len:
         raise BenchError(
@@ -276,9 +298,9 @@ async def run_async(config: BenchConfig, target: Target, on_event: OnEvent | Non
     try:
         tok = _tokenizer(target)
     except BenchError:
-        if config.prompts_file is None:
+        if config.prompts_file is None and config.workload is None:
             raise
-        tok = None  # a prompt file can run without client-side token counts
+        tok = None  # a prompt file or a repetitive workload can run without client-side token counts
     try:
         prompts = await asyncio.to_thread(build_prompts, config, target, tok)
     finally:

@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Status = Literal["pass", "warn", "fail", "skip"]
-CheckId = Literal["endpoint", "completion", "streaming", "reasoning", "tools", "needle", "parity", "auth"]
+CheckId = Literal["endpoint", "completion", "streaming", "reasoning", "tools", "needle", "parity", "speculative",
+                  "auth"]
 Tier = Literal["quick", "full"]
 
 CHECK_IDS: tuple[CheckId, ...] = (
-    "endpoint", "completion", "streaming", "reasoning", "tools", "needle", "parity", "auth",
+    "endpoint", "completion", "streaming", "reasoning", "tools", "needle", "parity", "speculative", "auth",
 )
 EXCERPT_CHARS = 400
 

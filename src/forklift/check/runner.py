@@ -17,8 +17,9 @@ from forklift.check.endpoint import check_endpoint
 from forklift.check.needle import check_needle
 from forklift.check.parity import Transcript, check_parity
 from forklift.check.reasoning import check_reasoning
-from forklift.check.result import CHECK_IDS, CheckId, CheckResult, Report, Tier
+from forklift.check.result import CHECK_IDS, CheckId, CheckResult, Evidence, Report, Tier
 from forklift.check.session import DEFAULT_TIMEOUT_S, Session, open_session
+from forklift.check.speculative import check_speculative
 from forklift.check.streaming import check_streaming
 from forklift.check.target import Target
 from forklift.check.tools import check_tools
@@ -67,6 +68,13 @@ def _run_one(check_id: CheckId, s: Session, opts: Options, reference: Transcript
             slow.close()
     if check_id == "parity":
         return check_parity(s, reference)
+    if check_id == "speculative":
+        res = check_speculative(s.http, s.model, configured=(s.target.settings or {}).get("serve.speculative"),
+                                max_model_len=s.target.max_model_len or s.discovery.max_model_len)
+        return CheckResult(check_id, "pass" if res.status == "ok" else res.status, res.summary, fix=res.fix,
+                           seconds=res.seconds, details=dict(res.details),  # results.CheckResult -> check's own
+                           evidence=[Evidence(e.label, e.request or {}, e.response or e.text, e.seconds or 0.0, e.note)
+                                     for e in res.evidence])
     return check_auth(s)
 
 

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from forklift import bench
 from forklift import record as records
+from forklift.bench import speculative as spec_bench
 from forklift.bench.stats import Distribution
 from forklift.cli.common import JsonOpt, console, err_console, print_json
 from forklift.errors import BenchError
@@ -76,13 +77,19 @@ def bench_cmd(
     slo_e2e: Annotated[float | None, typer.Option("--slo-e2e-ms", help="Goodput SLO on E2E latency.")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     out: Annotated[Path | None, typer.Option("--out", help="Directory for results.json and report.html.")] = None,
+    workload: Annotated[str | None, typer.Option(
+        "--workload", help="Repetitive prompts instead of random tokens: copy, edit or prose.")] = None,
+    spec_baseline: Annotated[str | None, typer.Option(
+        "--spec-baseline", help="A run name or URL without speculative decoding: run the same workload there and "
+        "report acceptance and the speed-up side by side.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Measure TTFT, TPOT, ITL, E2E and throughput per concurrency level; write JSON and an HTML report."""
     config = bench.BenchConfig(
         concurrency=_levels(concurrency or ("inf" if rate else "1")), input_len=input_len, output_len=output_len,
         requests=requests if requests is not None or duration is not None else 16, duration_s=duration, rate=rate,
-        prompts_file=prompts, warmup=warmup, slo=bench.Slo(slo_ttft, slo_tpot, slo_e2e), seed=seed)
+        prompts_file=prompts, warmup=warmup, slo=bench.Slo(slo_ttft, slo_tpot, slo_e2e), seed=seed,
+        workload=workload)
     config.validate()
     if url:
         target = bench.from_url(url, model=model, tokenizer=tokenizer)
@@ -92,26 +99,14 @@ def bench_cmd(
     out_dir = out or (records.run_dir(target.run_name) / "bench" / stamp if target.run_name
                       else Path.cwd() / "bench-results" / stamp)
 
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err_console,
-                  transient=json_out) as progress:
-        tasks: dict[int, TaskID] = {}
-
-        def on_event(ev: bench.Progress) -> None:
-            if ev.phase not in ("warmup", "run"):
-                return
-            if ev.level not in tasks:
-                label = "warm-up" if ev.phase == "warmup" else f"c={ev.concurrency or '∞'}"
-                tasks[ev.level] = progress.add_task(label, total=ev.total, detail="")
-            detail = f"{ev.failed} failed" if ev.failed else ""
-            if ev.duration_s:
-                detail += f" {ev.elapsed_s:.0f}/{ev.duration_s:.0f}s"
-            progress.update(tasks[ev.level], completed=ev.done, detail=detail)
-
-        result = bench.run(config, target, on_event)
+    result = _run(config, target, json_out)
     written = bench.write_report(result, out_dir)
+    comparison = _spec_baseline(spec_baseline, config, result, out_dir, json_out) if spec_baseline else None
+    if comparison is not None:
+        written["spec_comparison"] = out_dir / "spec_comparison.json"
     if json_out:
-        print_json(result.to_json() | {"files": {k: str(v) for k, v in written.items()}})
+        print_json(result.to_json() | {"files": {k: str(v) for k, v in written.items()}}
+                   | ({"spec_comparison": comparison} if comparison is not None else {}))
     else:
         # Piped output gets room for the whole table rather than rich's 80-column default.
         (console if console.is_terminal else Console(width=160)).print(_table(result))
@@ -127,10 +122,60 @@ def bench_cmd(
                 console.print(f"[red]server counters differ[/] at c={run.concurrency}: prompt "
                               f"{j['prompt_tokens']['difference']:+.0f}, generation "
                               f"{j['generation_tokens']['difference']:+.0f} tokens (server - client)")
+        if comparison is not None:
+            console.print(_spec_table(comparison))
         console.print(f"report: {written['report']}\nresults: {written['results']}")
     if not result.complete:
         err_console.print(f"[red]incomplete[/]: {result.aborted}; partial results kept in {written['results']}")
         raise typer.Exit(3)
+
+
+def _run(config: bench.BenchConfig, target: bench.Target, quiet: bool) -> bench.BenchResult:
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err_console,
+                  transient=quiet) as progress:
+        tasks: dict[int, TaskID] = {}
+
+        def on_event(ev: bench.Progress) -> None:
+            if ev.phase not in ("warmup", "run"):
+                return
+            if ev.level not in tasks:
+                label = "warm-up" if ev.phase == "warmup" else f"c={ev.concurrency or '∞'}"
+                tasks[ev.level] = progress.add_task(label, total=ev.total, detail="")
+            detail = f"{ev.failed} failed" if ev.failed else ""
+            if ev.duration_s:
+                detail += f" {ev.elapsed_s:.0f}/{ev.duration_s:.0f}s"
+            progress.update(tasks[ev.level], completed=ev.done, detail=detail)
+
+        return bench.run(config, target, on_event)
+
+
+def _spec_baseline(ref: str, config: bench.BenchConfig, spec: bench.BenchResult, out_dir: Path,
+                   quiet: bool) -> dict[str, object]:
+    """The same workload on the baseline (a run or a URL), its report under ``baseline/``, and the comparison."""
+    tokenizer = str(spec.target.get("tokenizer")) if spec.target.get("tokenizer") != "server /tokenize" else None
+    if ref.startswith(("http://", "https://")):
+        base_target = bench.from_url(ref, tokenizer=tokenizer)
+    else:
+        base_target = bench.from_record(records.resolve_name(ref), tokenizer=tokenizer)
+    base = _run(config, base_target, quiet)
+    bench.write_report(base, out_dir / "baseline")
+    return spec_bench.write_comparison(spec_bench.compare(spec, base), out_dir)
+
+
+def _spec_table(comparison: dict[str, object]) -> Table:
+    t = Table(title=f"speculative vs baseline ({comparison['workload']})")
+    for col in ("conc", "AL", "per position", "tok/step", "coverage", "tok/s/stream spec", "base", "speedup"):
+        t.add_column(col, justify="right")
+    levels = comparison["levels"]
+    assert isinstance(levels, list)
+    for lv in levels:
+        d = lv["decode_tok_s_per_stream"]
+        t.add_row("∞" if lv["concurrency"] is None else str(lv["concurrency"]), str(lv["acceptance_length"]),
+                  ", ".join(str(p) for p in lv["per_position_acceptance_rate"]), str(lv["tokens_per_step"]),
+                  str(lv["draft_coverage"]), str(d["speculative"]), str(d["baseline"]),
+                  f"{d['speedup']}x" if d["speedup"] is not None else "-")
+    return t
 
 
 def register(app: typer.Typer) -> None:
