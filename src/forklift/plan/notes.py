@@ -101,11 +101,13 @@ def speculative_notes(core: Core) -> list[str]:
                    "(tokens are looked up in the prompt and output)")
     elif draft is not None:
         last = [r.rank for r in core.ranks if r.pp_stage == st.pp - 1]
+        extra = f"+{draft.weight_bytes / GIB:.2f} GiB of draft weights, " if draft.weight_bytes else ""
+        kv = (f"{draft.target_like_kv_layers} draft layer(s) of target-shaped KV" if draft.target_like_kv_layers
+              else f"{draft.kv_bytes_per_token:,.0f} B/token of draft KV")
         out.append(f"speculative {cfg.method} K={cfg.num_speculative_tokens}: the drafter lives on rank(s) "
-                   f"{','.join(map(str, last))} (last PP stage): +{draft.weight_bytes / GIB:.2f} GiB weights beyond "
-                   f"the stage's table, {draft.target_like_kv_layers} target-like + {draft.kv_bytes_per_token:,.0f} "
-                   f"B/token of draft KV in the same pool; {'; '.join(draft.notes)}; each running request reserves "
-                   f"{draft.lookahead_tokens} lookahead KV slot(s)")
+                   f"{','.join(map(str, last))} (last PP stage): {extra}{kv} in the same pool; "
+                   f"{'; '.join(draft.notes)}; each running request reserves {draft.lookahead_tokens} lookahead "
+                   "KV slot(s)")
     b = sizing.budget(cfg, max_num_seqs=st.seqs, max_num_batched_tokens=st.mnbt)
     if b.truncates:
         out.append(f"speculative: a full decode batch needs max_num_seqs x (1 + K + {b.draft_slots} draft slots) = "
