@@ -35,9 +35,12 @@ _REFUSED = {
 
 
 def _canonical_method(value: object) -> object:
-    """Rewrite deprecated MTP aliases to ``mtp``; refuse methods forklift does not model, naming the way out."""
+    """Rewrite deprecated MTP aliases to ``mtp``; refuse methods forklift does not model, naming the way out.
+    Null keys are dropped first (null is vLLM's default): a record written before the per-method models, with
+    every knob of every method as null, still loads."""
     if not isinstance(value, dict) or "method" not in value:
         return value
+    value = {k: v for k, v in value.items() if v is not None}
     method = value["method"]
     if method in MTP_ALIASES:
         return {**value, "method": "mtp"}

@@ -84,3 +84,10 @@ def test_seed_002_4x_recipe_renders_its_dspark_draft() -> None:
     assert cfg == {"method": "dspark", "num_speculative_tokens": 7, "model": "/models/GLM-5.2-speculator.dspark"}
     docker = " ".join(launch.ranks[0].argv)  # type: ignore[attr-defined]
     assert "GLM-5.2-speculator.dspark:/models/GLM-5.2-speculator.dspark:ro" in docker
+
+
+def test_a_record_written_with_the_old_flat_model_still_loads() -> None:
+    # Before the per-method models every knob was dumped, null when unset.
+    old = {"method": "mtp", "num_speculative_tokens": 1, "model": None, "prompt_lookup_max": None,
+           "prompt_lookup_min": None}
+    assert config_dict(_spec(old)) == {"method": "mtp", "num_speculative_tokens": 1}
