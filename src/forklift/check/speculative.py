@@ -21,8 +21,7 @@ MIN_ACCEPTANCE_LENGTH = 1.5
 """Tokens per drafted step (bonus token included) a working drafter reaches on a copy prompt; 1.0 means nothing
 was accepted. vLLM's own CPU spec-decode tests gate eagle3 / dflash / mtp at 1.5
 (tests/v1/e2e/test_cpu_spec_decode.py@0.33)."""
-MAX_TOKENS = 192
-_FUNCTIONS = 6  # the copy prompt's module: ~1,900 characters, a few hundred tokens
+MAX_TOKENS = 128
 
 
 def _scrape(http: httpx.Client, model: str) -> tuple[metrics.Counters | None, Evidence]:
@@ -90,8 +89,9 @@ def check_speculative(http: httpx.Client, model: str, *, configured: Mapping[str
                                fix="Check that the server runs the recipe's --speculative-config (`forklift logs`).")
         return CheckResult(CHECK_ID, "skip", "skipped: the server runs without speculative decoding (no "
                            "vllm:spec_decode_* counters)", evidence=evidence, seconds=time.monotonic() - t0)
-    p = workload.prompt("copy", functions=_FUNCTIONS, seed=7)
-    max_tokens = MAX_TOKENS if max_model_len is None else max(16, min(MAX_TOKENS, max_model_len // 4))
+    small = max_model_len is not None and max_model_len < 2048
+    p = workload.prompt("copy", functions=1 if small else 3, seed=7)  # ~500 / ~1,400 prompt tokens (SmolLM2)
+    max_tokens = MAX_TOKENS if max_model_len is None else max(16, min(MAX_TOKENS, max_model_len // 8))
     data, ev1 = _complete(http, model, p.text, max_tokens)
     evidence.append(ev1)
     after, ev2 = _scrape(http, model)

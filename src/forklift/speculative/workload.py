@@ -5,6 +5,10 @@ the right place), then a continuation that re-emits it: ``copy`` (the file again
 ``edit`` (the file again with one function renamed: realistic), ``prose`` (a summary: the negative control).
 Plain completion text, so the same prompts work on base and chat models through ``/v1/completions``
 (vllm#18971: how the prompt asks for the copy decides the gain).
+
+``copy`` shows the file, then one exact copy, then asks for another: SmolLM2-135M (greedy, transformers) re-emits
+the whole 200-token window exactly after two copies, but renames functions (``*_copy``) or drops the indentation
+when it has seen the file only once.
 """
 
 from __future__ import annotations
@@ -78,12 +82,13 @@ class RepetitivePrompt:
     """What a perfect answer re-emits (the module, or its edited copy); empty for ``prose``."""
 
 
-def prompt(kind: Kind = "copy", *, functions: int = 12, seed: int = 0) -> RepetitivePrompt:
-    """One prompt of ``kind`` over the module of ``seed``."""
+def prompt(kind: Kind = "copy", *, functions: int = 4, seed: int = 0) -> RepetitivePrompt:
+    """One prompt of ``kind`` over the module of ``seed`` (4 functions: about 900 tokens of code; ``copy`` holds it
+    twice, about 1,900 prompt tokens with SmolLM2's tokenizer)."""
     module, names = module_text(functions, seed)
     if kind == "copy":
-        return RepetitivePrompt(kind, f"# file: rules_{seed}.py\n{module}\n\n# file: rules_{seed}_copy.py "
-                                      "(an exact copy of rules_{seed}.py)\n".replace("{seed}", str(seed)), module)
+        return RepetitivePrompt(kind, f"# file: rules_{seed}.py\n{module}\n# The same file, copied exactly:\n{module}\n"
+                                      "# The same file, copied exactly again:\n", module)
     if kind == "edit":
         old = names[len(names) // 2]
         new = "compute_total"
@@ -96,6 +101,6 @@ def prompt(kind: Kind = "copy", *, functions: int = 12, seed: int = 0) -> Repeti
     raise ValueError(f"unknown repetitive workload kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
-def prompts(kind: Kind, count: int, *, functions: int = 12, seed: int = 0) -> list[RepetitivePrompt]:
+def prompts(kind: Kind, count: int, *, functions: int = 4, seed: int = 0) -> list[RepetitivePrompt]:
     """``count`` prompts, each over a different module (seeds ``seed`` .. ``seed + count - 1``)."""
     return [prompt(kind, functions=functions, seed=seed + i) for i in range(count)]

@@ -45,7 +45,7 @@ def test_high_acceptance_on_the_copy_prompt_passes() -> None:
     assert res.status == "ok", res.summary
     assert res.details["acceptance_length"] == 1 + 70 / 30
     assert "per position: 0.93, 0.80, 0.60" in res.summary
-    assert sent[0]["temperature"] == 0 and "exact copy" in str(sent[0]["prompt"])
+    assert sent[0]["temperature"] == 0 and "copied exactly again" in str(sent[0]["prompt"])
 
 
 def test_low_acceptance_fails_with_a_fix() -> None:

@@ -18,11 +18,11 @@ def test_function_names_are_distinct_and_five_grams_mostly_unique() -> None:
     assert len(set(grams)) / len(grams) > 0.95  # prompt lookup finds one place to copy from
 
 
-def test_copy_prompt_ends_where_the_module_starts_again() -> None:
+def test_copy_prompt_shows_the_module_twice_and_asks_for_it_again() -> None:
     p = workload.prompt("copy", functions=6, seed=2)
     module, _ = workload.module_text(6, 2)
-    assert p.text.count(module) == 1 and p.expected == module
-    assert p.text.endswith("(an exact copy of rules_2.py)\n")
+    assert p.text.count(module) == 2 and p.expected == module
+    assert p.text.endswith("copied exactly again:\n")
 
 
 def test_edit_renames_exactly_one_function() -> None:
