@@ -2,7 +2,8 @@
 
 A seeded Python module of distinct small functions (so almost every 5-gram is unique and prompt lookup finds
 the right place), then a continuation that re-emits it: ``copy`` (the file again, unchanged: the upper bound),
-``edit`` (the file again with one function renamed: realistic), ``prose`` (a summary: the negative control).
+``edit`` (the file again with one function renamed: realistic), ``prose`` (a summary: not a copy task, so any
+gain comes from what the model repeats on its own; a small model with ``ignore_eos`` repeats a lot).
 Plain completion text, so the same prompts work on base and chat models through ``/v1/completions``
 (vllm#18971: how the prompt asks for the copy decides the gain).
 
