@@ -66,6 +66,16 @@ class DoesNotFitError(PlanError):
     """The model plus one max_model_len request does not fit in the planned memory."""
 
 
+class SpeculativeConfigError(PlanError):
+    """A speculative config that vLLM rejects, or that breaks, with this layout and release (before any start).
+
+    ``findings`` are the rules that refused it (``forklift.speculative.rules.Finding``), each with its source."""
+
+    def __init__(self, message: str, *, fix: str | None = None, findings: Sequence[object] = ()) -> None:
+        self.findings = list(findings)
+        super().__init__(message, fix=fix)
+
+
 class EngineError(ForkliftError):
     """The vLLM engine is missing, broken, or failed."""
 

@@ -14,6 +14,7 @@ from forklift.bench import options
 from forklift.bench.options import flag
 from forklift.bench.stats import Slo
 from forklift.errors import BenchError
+from forklift.speculative import workload as spec_workload
 
 
 def parse_levels(text: str) -> tuple[int | None, ...]:
@@ -47,6 +48,8 @@ class BenchConfig:
     warmup: int = flag(1, "--warmup", "Warm-up requests before measuring.", minimum=0)
     slo: Slo = field(default_factory=Slo)
     seed: int = flag(0, "--seed", "Seed of the random prompts and arrival times.")
+    workload: str | None = flag(None, "--workload", "A repetitive workload for speculative decoding instead of random "
+                                "prompts: copy, edit or prose.")
     request_timeout_s: float = 600.0
     ignore_eos: bool = True
 
@@ -65,6 +68,11 @@ class BenchConfig:
 
     def validate(self) -> None:
         options.validate(self)
+        if self.workload is not None and self.workload not in spec_workload.KINDS:
+            raise BenchError(f"--workload {self.workload!r} is not a repetitive workload",
+                             fix=f"Pass one of: {', '.join(spec_workload.KINDS)}.")
+        if self.workload is not None and self.prompts_file is not None:
+            raise BenchError("--workload and --prompts both choose the prompts", fix="Pass one of them.")
         if not self.concurrency:
             raise BenchError("no concurrency levels given", fix="Pass --concurrency 1,2,4.")
         for c in self.concurrency:
@@ -82,5 +90,5 @@ class BenchConfig:
         return {"concurrency": list(self.concurrency), "input_len": self.input_len, "output_len": self.output_len,
                 "requests": self.requests, "duration_s": self.duration_s, "rate": self.rate,
                 "prompts_file": str(self.prompts_file) if self.prompts_file else None, "warmup": self.warmup,
-                "slo": self.slo.to_json(), "seed": self.seed, "ignore_eos": self.ignore_eos,
+                "slo": self.slo.to_json(), "seed": self.seed, "ignore_eos": self.ignore_eos, "workload": self.workload,
                 "api": "/v1/completions (streamed, include_usage)"}

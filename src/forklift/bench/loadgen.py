@@ -8,7 +8,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, cast
 
 import httpx
 
@@ -21,6 +21,7 @@ from forklift.bench.stats import inter_token_latencies
 from forklift.bench.workload import Prompt, check_lengths, fixed_length_prompts, load_prompt_file
 from forklift.endpoint import Endpoint, Target, Tokenizer, tokenizer_for
 from forklift.errors import BenchError, EndpointError
+from forklift.speculative import workload as spec_workload
 
 _POOL_CAP = 256  # distinct prompts built up front when the count is open-ended (duration mode)
 
@@ -72,14 +73,29 @@ def build_prompts(config: BenchConfig, max_model_len: int | None, tok: Tokenizer
         prompts = load_prompt_file(config.prompts_file, config.output_len, tok)
         check_lengths(prompts, max_model_len)
         return prompts
-    if tok is None:
-        raise BenchError("fixed-length prompts need a tokenizer: the server has no /tokenize and the model's "
-                         "tokenizer is not on this machine", fix="Pass --tokenizer PATH or --prompts FILE.")
     if config.requests is not None and config.duration_s is None:
         count = config.warmup + config.requests * len(config.concurrency)
     else:
         count = _POOL_CAP
+    if config.workload is not None:
+        return repetitive_prompts(config, max_model_len, tok, min(count, 4 * _POOL_CAP))
+    if tok is None:
+        raise BenchError("fixed-length prompts need a tokenizer: the server has no /tokenize and the model's "
+                         "tokenizer is not on this machine", fix="Pass --tokenizer PATH or --prompts FILE.")
     return fixed_length_prompts(tok, min(count, 4 * _POOL_CAP), config.input_len, config.output_len, config.seed)
+
+
+def repetitive_prompts(config: BenchConfig, max_model_len: int | None, tok: Tokenizer | None,
+                       count: int) -> list[Prompt]:
+    """``count`` prompts of the repetitive workload, each over its own module (so prefix caching does not turn
+    later requests into copies of the first), sized by the client's tokenizer when there is one."""
+    kind = cast(spec_workload.Kind, config.workload)
+    out = [Prompt(text=p.text, output_len=config.output_len,
+                  prompt_tokens=len(tok.encode(p.text, special=True)) if tok is not None else None,
+                  source=f"{kind}#{config.seed + i}")
+           for i, p in enumerate(spec_workload.prompts(kind, count, seed=config.seed))]
+    check_lengths(out, max_model_len)
+    return out
 
 
 def prepare(endpoint: Endpoint, target: Target, config: BenchConfig) -> tuple[Served, list[Prompt]]:
@@ -89,9 +105,9 @@ def prepare(endpoint: Endpoint, target: Target, config: BenchConfig) -> tuple[Se
     try:
         tok = tokenizer_for(endpoint, target, served.model)
     except EndpointError:
-        if config.prompts_file is None:
+        if config.prompts_file is None and config.workload is None:
             raise
-        tok = None  # a prompt file can run without client-side token counts
+        tok = None  # a prompt file or a repetitive workload can run without client-side token counts
     served = replace(served, tokenizer=tok.source if tok else "none")
     return served, build_prompts(config, served.max_model_len, tok)
 
@@ -221,7 +237,7 @@ async def _counters(endpoint: Endpoint, model: str, before: server_metrics.Snaps
 
 def _check_fixed_lengths(config: BenchConfig, max_model_len: int | None) -> None:
     """Refuse fixed lengths the context cannot hold, before building any prompt."""
-    if config.prompts_file is not None or max_model_len is None:
+    if config.prompts_file is not None or config.workload is not None or max_model_len is None:
         return
     if config.input_len + config.output_len > max_model_len:
         raise BenchError(

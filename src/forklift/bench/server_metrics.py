@@ -9,6 +9,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from forklift.endpoint import Endpoint
+from forklift.speculative import metrics as spec_metrics
 
 PROMPT = "vllm:prompt_tokens"
 GENERATION = "vllm:generation_tokens"
@@ -110,25 +111,16 @@ def _delta(before: Snapshot, after: Snapshot, name: str) -> float | None:
 
 
 def spec_decode_stats(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
-    """Acceptance over the window, as ``vllm bench serve`` reports it; None without spec-decode counters."""
+    """Acceptance over the window, as ``vllm bench serve`` reports it, plus tokens per step and draft coverage
+    (``forklift.speculative.metrics``); None without spec-decode counters."""
     drafts = _delta(before, after, SPEC_DRAFTS)
     draft_tokens = _delta(before, after, SPEC_DRAFT_TOKENS)
     accepted = _delta(before, after, SPEC_ACCEPTED)
     if drafts is None or draft_tokens is None or accepted is None:
         return None
-    per_pos = {
-        pos: after.accepted_per_pos[pos] - before.accepted_per_pos.get(pos, 0.0)
-        for pos in sorted(after.accepted_per_pos)
-    }
-    return {
-        "num_drafts": drafts,
-        "num_draft_tokens": draft_tokens,
-        "num_accepted_tokens": accepted,
-        "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
-        # Mean tokens per verification step: the bonus token plus the accepted drafts.
-        "acceptance_length": 1.0 + accepted / drafts if drafts else None,
-        "per_position_acceptance_rate": [v / drafts if drafts else None for v in per_pos.values()],
-    }
+    per_pos = [after.accepted_per_pos[pos] - before.accepted_per_pos.get(pos, 0.0)
+               for pos in sorted(after.accepted_per_pos)]
+    return spec_metrics.summarize(drafts, draft_tokens, accepted, per_pos, _delta(before, after, GENERATION))
 
 
 def compare(before: Snapshot | None, after: Snapshot | None, client_prompt: int, client_generation: int,

@@ -19,6 +19,7 @@ from forklift.check.parity import Transcript, check_parity
 from forklift.check.reasoning import check_reasoning
 from forklift.check.result import CHECK_IDS, CheckId, Report, Tier
 from forklift.check.session import DEFAULT_TIMEOUT_S, Session, open_session
+from forklift.check.speculative import check_speculative
 from forklift.check.streaming import check_streaming
 from forklift.check.tools import check_tools
 from forklift.endpoint import Target
@@ -68,6 +69,9 @@ def _run_one(check_id: CheckId, s: Session, opts: Options, reference: Transcript
             slow.close()
     if check_id == "parity":
         return check_parity(s, reference)
+    if check_id == "speculative":
+        return check_speculative(s.endpoint, s.model, configured=(s.target.settings or {}).get("serve.speculative"),
+                                 max_model_len=s.target.max_model_len or s.discovery.max_model_len)
     return check_auth(s)
 
 

@@ -117,6 +117,9 @@ def bench_cmd(
     tokenizer: Annotated[str | None, typer.Option(
         "--tokenizer", help="Tokenizer path or id (default: the run's model when its files are here, else the "
                             "server's /tokenize).")] = None,
+    spec_baseline: Annotated[str | None, typer.Option(
+        "--spec-baseline", help="A run name or URL without speculative decoding: run the same workload there and "
+        "report acceptance and the speed-up side by side.")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Directory for results.json and report.html.")] = None,
     json_out: JsonOpt = False,
     **flags: Any,
@@ -132,10 +135,16 @@ def bench_cmd(
                       else Path.cwd() / "bench-results" / stamp)
     result = _progress(config, target, json_out)
     written = bench.write_report(result, out_dir)
+    comparison = _spec_baseline(spec_baseline, config, result, out_dir, json_out) if spec_baseline else None
+    if comparison is not None:
+        written["spec_comparison"] = out_dir / "spec_comparison.json"
     if json_out:
-        print_json(result.to_json() | {"files": {k: str(v) for k, v in written.items()}})
+        print_json(result.to_json() | {"files": {k: str(v) for k, v in written.items()}}
+                   | ({"spec_comparison": comparison} if comparison is not None else {}))
     else:
         _print_result(result, written)
+        if comparison is not None:
+            console.print(_spec_table(comparison))
     if not result.complete:
         err_console.print(f"[red]incomplete[/]: {result.aborted}; partial results kept in {written['results']}")
         raise typer.Exit(CUT_SHORT)
@@ -164,6 +173,37 @@ def with_config_flags(command: Callable[..., None]) -> Callable[..., None]:
     with_flags.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         head + [_flag_parameter(opt) for opt in options(BenchConfig)] + tail)
     return with_flags
+
+
+def _spec_baseline(ref: str, config: BenchConfig, spec: bench.BenchResult, out_dir: Path,
+                   quiet: bool) -> dict[str, object]:
+    """The same workload on the baseline (a run or a URL), its report under ``baseline/``, and the comparison."""
+    from forklift import bench
+    from forklift.bench import speculative as spec_bench
+
+    tokenizer = str(spec.target.get("tokenizer")) if spec.target.get("tokenizer") not in (None, "none") else None
+    is_url = ref.startswith(("http://", "https://"))
+    base_target = _target(None if is_url else ref, ref if is_url else None, None, tokenizer)
+    base = _progress(config, base_target, quiet)
+    bench.write_report(base, out_dir / "baseline")
+    return spec_bench.write_comparison(spec_bench.compare(spec, base), out_dir)
+
+
+def _spec_table(comparison: dict[str, object]) -> Table:
+    from rich.table import Table
+
+    t = Table(title=f"speculative vs baseline ({comparison['workload']})")
+    for col in ("conc", "AL", "per position", "tok/step", "coverage", "tok/s/stream spec", "base", "speedup"):
+        t.add_column(col, justify="right")
+    levels = comparison["levels"]
+    assert isinstance(levels, list)
+    for lv in levels:
+        d = lv["decode_tok_s_per_stream"]
+        t.add_row("∞" if lv["concurrency"] is None else str(lv["concurrency"]), str(lv["acceptance_length"]),
+                  ", ".join(str(p) for p in lv["per_position_acceptance_rate"]), str(lv["tokens_per_step"]),
+                  str(lv["draft_coverage"]), str(d["speculative"]), str(d["baseline"]),
+                  f"{d['speedup']}x" if d["speedup"] is not None else "-")
+    return t
 
 
 def register(app: typer.Typer) -> None:

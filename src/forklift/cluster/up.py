@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forklift import __version__
+from forklift import __version__, speculative
 from forklift.cluster import procs
 from forklift.cluster.modelfiles import hub_snapshot, local_listing
 from forklift.cluster.preflight import PreflightReport, run_preflight
@@ -280,6 +280,8 @@ def up(plan: Plan | Unplanned, *, name: str = "default", on_event: EventFn = _no
     warnings += [c for c in pre.report.checks if c.status == "warn"]  # e.g. a link net check measured degraded
     plan = _for_version(plan, pre.version)
     gate(plan, force=force)
+    if not force:  # [speculative] the rules again, for the vLLM release the nodes run
+        speculative.check(recipe, vllm_version=pre.version, default_version=rules.default_version())
     on_event("prepare", f"applying {len(recipe.patches)} patch(es)" if recipe.patches else "no patches")
     patches = apply_patches(recipe, runners)
     on_event("prepare", "creating run directories on every node")

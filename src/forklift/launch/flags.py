@@ -6,8 +6,7 @@ Typed recipe knobs become flags one for one (null means vLLM's default, so no fl
 
 from __future__ import annotations
 
-import json
-
+from forklift import speculative
 from forklift.plan.model import Decisions
 from forklift.recipe.schema import Node, Recipe, Serve
 
@@ -43,9 +42,7 @@ def serve_flags(serve: Serve) -> list[str]:
     add("--reasoning-parser", serve.reasoning_parser)
     add("--tool-call-parser", serve.tool_call_parser)
     switch("--enable-auto-tool-choice", serve.enable_auto_tool_choice)
-    if serve.speculative is not None:
-        spec = serve.speculative.model_dump(exclude_none=True)
-        flags.extend(["--speculative-config", json.dumps(spec, separators=(",", ":"))])
+    flags.extend(speculative.render.flags(serve.speculative))
     add("--seed", serve.seed)
     return [*flags, *serve.extra_args]
 

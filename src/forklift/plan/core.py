@@ -18,10 +18,11 @@ from forklift.model.quant import online_scheme
 from forklift.model.spec import ModelSpec
 from forklift.plan import calibrate, kvspecs, layout, rules, terms
 from forklift.plan import memory as mem
-from forklift.plan.kvcache import KvLayout, largest_fitting_len
+from forklift.plan.kvcache import KvLayout, LayerKv, largest_fitting_len
 from forklift.plan.kvcache import layout as kv_layout
 from forklift.plan.model import RankPlan
 from forklift.recipe.deployment import Deployment
+from forklift.speculative import sizing
 
 GIB = mem.GIB
 _MTP_METHODS = ("mtp",)
@@ -219,8 +220,12 @@ def stage_layout(ctx: Context, stage: int) -> KvLayout:
     """One worker's KV layout for a PP stage (every TP rank of a stage has the same)."""
     start, end = ctx.ranges[stage]
     x = ctx.kv_inputs()
-    return kv_layout(kvspecs.layer_specs(ctx.spec, start, end, stage == ctx.st.pp - 1, x, ctx.vr),
-                     kvspecs.kv_config(ctx.spec, x, ctx.vr))
+    last = stage == ctx.st.pp - 1
+    layers = kvspecs.layer_specs(ctx.spec, start, end, last, x, ctx.vr)
+    draft = draft_cost(ctx) if last else None
+    if draft is not None and draft.kv_bytes_per_token:  # [speculative] a separate draft's KV shares the pool
+        layers.append(LayerKv("full", per_token=int(draft.kv_bytes_per_token)))
+    return kv_layout(layers, kvspecs.kv_config(ctx.spec, x, ctx.vr))
 
 
 def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stored: list[float] | None,
@@ -229,6 +234,9 @@ def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stor
     start, end = ctx.ranges[stage]
     first, last = stage == 0, stage == st.pp - 1
     weights = stored[stage] if stored is not None else table.stage(start, end, first, last)
+    draft = draft_cost(ctx)  # [speculative] a separate draft (or MTP's embedding copy under PP) on the last stage
+    if last and draft is not None:
+        weights += draft.weight_bytes
     graphs_on = st.platform == "cuda" and not st.eager
     if cal is not None:
         return Terms(weights, cal.per_stage_activation.get(stage, cal.activation_gib) * GIB, cal.non_torch_gib * GIB,
@@ -288,6 +296,21 @@ def expert_share(ctx: Context) -> mem.ExpertShare:
         local = -(-spec.moe.n_routed // ways)
         return mem.ExpertShare(tp=ways, local=local, total=spec.moe.n_routed, mxfp4_pad=pad)
     return mem.ExpertShare(tp=st.tp * st.dp, mxfp4_pad=pad)
+
+
+# --- [speculative] draft weights and KV: the arithmetic is forklift.speculative.sizing's -----------------------
+
+
+def draft_cost(ctx: Context) -> sizing.DraftCost | None:
+    """What the recipe's speculative draft adds to each rank of the last stage (None without one)."""
+    cfg = ctx.deployment.recipe.serve.speculative
+    if cfg is None:
+        return None
+    return sizing.draft_cost(ctx.spec, cfg, tp=ctx.st.tp, pp=ctx.st.pp, dtype_bytes=ctx.st.dtype_bytes,
+                             draft=sizing.read_draft(getattr(cfg, "model", None)))
+
+
+# ------------------------------------------------------------------------------------------------------------
 
 
 def weight_table(ctx: Context) -> tuple[mem.WeightTable, list[float] | None]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forklift import speculative
 from forklift.errors import ForkliftError, PlanError
 from forklift.hardware.profiles import NetworkProfile
 from forklift.hardware.profiles import network as get_network
@@ -18,7 +19,7 @@ from forklift.plan.advice import advice, balanced_partition
 from forklift.plan.core import GIB, Core, context, core
 from forklift.plan.files import model_files
 from forklift.plan.model import Decisions, Plan, Roofline, Unplanned
-from forklift.plan.notes import claim_notes, notes
+from forklift.plan.notes import claim_notes, notes, speculative_roofline_notes
 from forklift.plan.roofline import StageCost, compute
 from forklift.recipe.deployment import Deployment, from_recipe
 from forklift.recipe.schema import Recipe
@@ -84,6 +85,7 @@ def _plan(c: Core, applied: list[str]) -> Plan:
     all_notes.append(f"decode roofline {roof.decode_tok_s_single:.1f} tok/s (single stream, {roof.decode_context}-"
                      f"token context); measured engines typically reach ~{rules.estimate()['decode_efficiency']:.0%} "
                      "of it")
+    all_notes += speculative_roofline_notes(c, roof.decode_tok_s_single)  # [speculative]
     all_notes += claim_notes(deployment.recipe, spec, st.partition, stage_w, roof.decode_tok_s_single,
                              roof.critical_path_gb, ctx.profiles[0].bandwidth_gbs)
     node_ranges = [[ctx.ranges[s] for s in ctx.place.stages_of(n)] for n in range(len(deployment.nodes))]
@@ -134,7 +136,11 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
     """
     deployment = deployment_of(target)
     patch_notes = recipe_patches.notes(deployment.recipe)  # forklift-patches: unknown ids refused, overrides noted
+    # [speculative] refuse what vLLM rejects before the model is read, then the model-dependent rules
+    speculative.check(deployment.recipe, vllm_version=vllm_version, default_version=rules.default_version())
     src = source or spec_for(deployment.recipe.model)
+    speculative.check(deployment.recipe, vllm_version=vllm_version, default_version=rules.default_version(),
+                      model=src.spec)
     vr = rules.rules_for(vllm_version)
     c = core(context(deployment, src, vr))
     applied = _to_apply(c) if apply else []

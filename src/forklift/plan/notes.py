@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from forklift import speculative
 from forklift.model.spec import ModelSpec
 from forklift.plan import rules
-from forklift.plan.core import GIB, Core
+from forklift.plan.core import GIB, Core, draft_cost
 from forklift.recipe.schema import Recipe
+from forklift.recipe.speculative import DRAFTED_METHODS
+from forklift.speculative import sizing
 
 
 def _source_notes(core: Core) -> list[str]:
@@ -124,7 +127,72 @@ def _layout_notes(core: Core, suggested: list[int] | None, stage_weights: list[f
 
 def notes(core: Core, suggested: list[int] | None, stage_weights: list[float]) -> list[str]:
     return [*_source_notes(core), *_platform_notes(core), *_kv_notes(core),
-            *_layout_notes(core, suggested, stage_weights)]
+            *_layout_notes(core, suggested, stage_weights), *speculative_notes(core)]
+
+
+# --- [speculative] the wording of forklift.speculative's findings and sizing --------------------------------------
+
+
+def speculative_notes(core: Core) -> list[str]:
+    """The speculative rules that warn, the draft on the last stage, and the batch budget with drafts."""
+    ctx = core.ctx
+    cfg = ctx.deployment.recipe.serve.speculative
+    if cfg is None:
+        return []
+    st = ctx.st
+    found = speculative.check(ctx.deployment.recipe, vllm_version=ctx.vr.version,
+                              default_version=rules.default_version(), model=ctx.spec)
+    out = [f"speculative {f.id}: {f.message} (source: {f.sources[0]})" if f.sources else
+           f"speculative {f.id}: {f.message}" for f in found if f.level == "warn"]
+    draft = draft_cost(ctx)
+    if draft is not None and cfg.method not in DRAFTED_METHODS:
+        out.append(f"speculative {cfg.method} K={cfg.num_speculative_tokens}: no draft weights and no draft KV "
+                   "(tokens are looked up in the prompt and output)")
+    elif draft is not None:
+        last = [r.rank for r in core.ranks if r.pp_stage == st.pp - 1]
+        extra = f"+{draft.weight_bytes / GIB:.2f} GiB of draft weights, " if draft.weight_bytes else ""
+        kv = (f"{draft.target_like_kv_layers} draft layer(s) of target-shaped KV" if draft.target_like_kv_layers
+              else f"{draft.kv_bytes_per_token:,.0f} B/token of draft KV")
+        out.append(f"speculative {cfg.method} K={cfg.num_speculative_tokens}: the drafter lives on rank(s) "
+                   f"{','.join(map(str, last))} (last PP stage): {extra}{kv} in the same pool; "
+                   f"{'; '.join(draft.notes)}; each running request reserves {draft.lookahead_tokens} lookahead "
+                   "KV slot(s)")
+    b = sizing.budget(cfg, max_num_seqs=st.seqs, max_num_batched_tokens=st.mnbt)
+    if b.truncates:
+        out.append(f"speculative: a full decode batch needs max_num_seqs x (1 + K + {b.draft_slots} draft slots) = "
+                   f"{st.seqs} x {b.per_request} = {b.required:,} tokens per step but max_num_batched_tokens is "
+                   f"{st.mnbt:,}: drafts get truncated when more than {b.seqs_that_fit} requests decode at once; "
+                   f"--set serve.max_num_batched_tokens={b.required} (more activation memory) or --set "
+                   f"serve.max_num_seqs={b.seqs_that_fit}")
+    else:
+        out.append(f"speculative: a full decode batch schedules {st.seqs} x {b.per_request} = {b.required:,} tokens "
+                   f"per step, within max_num_batched_tokens {st.mnbt:,}")
+    return out
+
+
+def speculative_roofline_notes(core: Core, base_tok_s: float) -> list[str]:
+    """The single-stream decode bound with drafts, and the acceptance length it assumes."""
+    ctx = core.ctx
+    cfg = ctx.deployment.recipe.serve.speculative
+    if cfg is None or base_tok_s <= 0:
+        return []
+    draft = draft_cost(ctx)
+    per_draft = 0.0
+    if draft is not None and draft.target_like_kv_layers:
+        per_draft = max(core.table.layer_active, default=0.0) + core.table.last_active  # an MTP layer + lm_head
+    elif draft is not None:
+        per_draft = draft.weight_bytes
+    bw = ctx.profiles[-1].bandwidth_gbs
+    roof = sizing.roofline(cfg, base_tok_s=base_tok_s, draft_bytes_per_token=per_draft, bandwidth_gbs=bw)
+    head = (f"speculative roofline ({cfg.method}, K={roof.k}): a step reads the target once plus "
+            f"{roof.draft_gb_per_step:g} GB of drafts and pays only above {roof.break_even_length:.2f} tokens per "
+            "step")
+    if roof.assumed_length is None or roof.tok_s_at_assumed is None:
+        return [head + "; no published acceptance length for this method: measure it with `forklift bench RUN "
+                "--spec-baseline BASE`"]
+    return [head + f"; at a mean acceptance length of {roof.assumed_length:.2f} (assumed: {roof.assumption}) the "
+            f"single-stream bound is {roof.tok_s_at_assumed:.1f} tok/s instead of {base_tok_s:.1f}; yours depends on "
+            "model and prompts: measure with `forklift bench RUN --spec-baseline BASE`"]
 
 
 def claim_notes(recipe: Recipe, spec: ModelSpec, plan_partition: list[int], weights: list[float],

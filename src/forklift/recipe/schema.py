@@ -21,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from forklift.recipe.speculative import Speculative
+
 BUNDLED_PREFIX = "bundled:"
 _HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,252}")
 _SSH_HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
@@ -279,16 +281,6 @@ class Parallel(Strict):
         return self
 
 
-class Speculative(Strict):
-    """Speculative decoding (vLLM --speculative-config)."""
-
-    method: Literal["ngram", "eagle", "eagle3", "mtp", "draft_model", "suffix"] = "mtp"
-    num_speculative_tokens: int = Field(default=1, ge=1)
-    model: str | None = None
-    prompt_lookup_max: int | None = Field(default=None, ge=1)
-    prompt_lookup_min: int | None = Field(default=None, ge=1)
-
-
 KvCacheDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"]
 Quantization = Literal[
     "fp8", "modelopt_fp4", "nvfp4", "mxfp4", "awq", "awq_marlin", "gptq", "gptq_marlin",
@@ -331,7 +323,10 @@ class Serve(Strict):
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
     enable_auto_tool_choice: bool = False
-    speculative: Speculative | None = None
+    speculative: Speculative | None = Field(
+        default=None, description="Speculative decoding (--speculative-config), typed per method: ngram, ngram_gpu, "
+        "suffix, draft_model, eagle, eagle3, mtp, dflash, dspark, medusa.",
+    )
     api_key_env: str | None = Field(
         default=None, description="Name of an environment variable holding the API key (never the key)."
     )

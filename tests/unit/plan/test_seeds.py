@@ -61,6 +61,10 @@ def test_seed002_weights_split_and_roofline_notes() -> None:
 def test_dcp4_recipe_reports_vllm_error_with_largest_len() -> None:
     plan = make(recipes.load("glm-5.2-4x-spark-dcp4"))
     assert plan.dcp == 4
-    if not plan.fits:
-        assert plan.error is not None and str(plan.largest_max_model_len) in plan.error
-        assert plan.advice
+    if not plan.fits:  # under vLLM 0.26's rules (the seed ran a dev build): vLLM's own wording, either form
+        assert plan.error is not None
+        pool = min(r.kv_pool_gib for r in plan.ranks)
+        if pool > 0:
+            assert str(plan.largest_max_model_len) in plan.error and plan.advice
+        else:
+            assert plan.error.startswith("No available memory for the cache blocks") and f"{pool:.2f}" in plan.error
