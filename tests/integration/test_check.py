@@ -137,7 +137,8 @@ def test_parity_against_a_saved_transcript(served: Served, tmp_path: Path) -> No
     same = forklift("check", served.name, "--only", "parity", "--reference", str(ref), "--json",
                     home=served.home, timeout=300)
     assert _by_id(_report(same))["parity"]["status"] == "ok" and same.returncode == 0
-    # The same transcript as if from a compiled (not eager) PP=2 deployment that answered differently.
+    # The same transcript as if from a compiled (not eager) PP=2 deployment that answered differently, from its
+    # first token on ("Zz": no answer of this server starts so, whichever way its eager kernels take France).
     doc = json.loads(ref.read_text())
     doc["prompts"][2]["tokens"] = ["Zz", "zz"]  # an answer this model never gives, whatever the CPU (ENGINE-NOTES)
     doc["prompts"][2]["text"] = "Zzzz"
