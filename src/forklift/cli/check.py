@@ -11,6 +11,7 @@ from rich.table import Table
 
 from forklift import check
 from forklift import record as records
+from forklift.canary.store import save_check
 from forklift.check.target import reference_from
 from forklift.cli.common import JsonOpt, NameArg, console, err_console, print_json
 from forklift.errors import CheckError
@@ -108,6 +109,8 @@ def check_cmd(
         err_console.print(f"[{_STYLE[r.status]}]{r.status:>4}[/] {r.id:<10} {r.seconds:6.1f} s", highlight=False)
 
     report = check.run(target, tier, opts, on_result=None if json_out else show)
+    if target.run_name:  # kept with the run: a later `forklift canary` repeats and compares it
+        save_check(target.run_name, report.to_json(), records.load(target.run_name).run_id)
     if json_out:
         print_json(report.to_json())
     else:

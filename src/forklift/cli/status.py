@@ -12,13 +12,36 @@ from forklift.cli.common import JsonOpt, NameArg, console, print_json
 from forklift.cluster import down as ops
 from forklift.errors import RunNotFoundError
 
+PinsOpt = Annotated[bool, typer.Option("--pins", help="Also show what exactly ran: vLLM build, image digest, model "
+                                                     "revision, recipe hash, patches.")]
 
-def status_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
-    """Show a run (or all runs): state, endpoint, ranks."""
+
+def _print_pins(pins: records.Pins) -> None:
+    table = Table("pin", "value", show_header=False, box=None)
+    rows = [("forklift", pins.forklift_version), ("vLLM", pins.vllm_version), ("vLLM build", pins.vllm_build),
+            ("image", pins.image), ("image digest", pins.image_digest), ("model revision", pins.model_revision),
+            ("recipe hash", pins.recipe_hash)]
+    for label, value in rows:
+        if value:
+            table.add_row(label, value)
+    for host, build in pins.vllm_builds.items():
+        if build != pins.vllm_build:
+            table.add_row(f"vLLM build on {host}", build)
+    for host, digest in pins.image_digests.items():
+        if digest != pins.image_digest:
+            table.add_row(f"image digest on {host}", digest)
+    for p in pins.patches:
+        files = ", ".join(f"{f} {h[:12]}" for f, h in p.files.items()) or "no files recorded"
+        table.add_row(f"patch {p.id}" + (f" on {p.host}" if p.host else ""), files)
+    console.print(table)
+
+
+def status_cmd(name: NameArg = None, json_out: JsonOpt = False, pins: PinsOpt = False) -> None:
+    """Show a run (or all runs): state, endpoint, ranks (and with --pins, what exactly ran)."""
     if name is None and len(records.list_names()) != 1:
         results = [ops.status(r) for r in records.list_records()]
         if json_out:
-            print_json([s.to_json() for s in results])
+            print_json([s.to_json() | {"pins": s.record.pins.model_dump()} for s in results])
             return
         table = Table("name", "status", "endpoint", "model", "ranks alive")
         for s in results:
@@ -27,7 +50,7 @@ def status_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
         return
     s = ops.status(records.load(records.resolve_name(name)))
     if json_out:
-        print_json(s.to_json())
+        print_json(s.to_json() | {"pins": s.record.pins.model_dump()})
         return
     console.print(f"[bold]{s.name}[/] {s.status} at {s.endpoint} ({s.served_name}, vLLM {s.vllm_version}, "
                   f"health {'ok' if s.healthy else 'not answering'})")
@@ -37,6 +60,8 @@ def status_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
         console.print(f"  rank {r.rank}{role} on {r.host}: pid {r.pid} {state}, log {r.log_path}")
     if s.record.error:
         console.print(f"  last error: {s.record.error}")
+    if pins:
+        _print_pins(s.record.pins)
 
 
 def logs_cmd(
