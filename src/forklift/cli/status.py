@@ -17,23 +17,17 @@ PinsOpt = Annotated[bool, typer.Option("--pins", help="Also show what exactly ra
 
 
 def _print_pins(pins: records.Pins) -> None:
-    table = Table("pin", "value", show_header=False, box=None)
     rows = [("forklift", pins.forklift_version), ("vLLM", pins.vllm_version), ("vLLM build", pins.vllm_build),
             ("image", pins.image), ("image digest", pins.image_digest), ("model revision", pins.model_revision),
             ("recipe hash", pins.recipe_hash)]
+    rows += [(f"vLLM build on {h}", b) for h, b in pins.vllm_builds.items() if b != pins.vllm_build]
+    rows += [(f"image digest on {h}", d) for h, d in pins.image_digests.items() if d != pins.image_digest]
+    rows += [(f"patch {p.id}" + (f" on {p.host}" if p.host else ""),
+              ", ".join(f"{f} {h[:12]}" for f, h in p.files.items()) or "no files recorded") for p in pins.patches]
+    console.print("  pins:")
     for label, value in rows:
         if value:
-            table.add_row(label, value)
-    for host, build in pins.vllm_builds.items():
-        if build != pins.vllm_build:
-            table.add_row(f"vLLM build on {host}", build)
-    for host, digest in pins.image_digests.items():
-        if digest != pins.image_digest:
-            table.add_row(f"image digest on {host}", digest)
-    for p in pins.patches:
-        files = ", ".join(f"{f} {h[:12]}" for f, h in p.files.items()) or "no files recorded"
-        table.add_row(f"patch {p.id}" + (f" on {p.host}" if p.host else ""), files)
-    console.print(table)
+            console.print(f"    {label}: {value}", highlight=False, soft_wrap=True)
 
 
 def status_cmd(name: NameArg = None, json_out: JsonOpt = False, pins: PinsOpt = False) -> None:
