@@ -9,10 +9,11 @@ change is ``B / A - 1`` (relative) with a two-sample bootstrap interval over req
 - TTFT, TPOT percentiles: of one value per request; ITL percentiles: of the pooled gaps, requests resampled
   whole; failed requests: a count, no interval.
 
-Verdict per metric (``judge``): the interval crossing zero is "no significant change" (ok); an interval wholly on
-the worse side *and* wholly beyond the threshold is "regressed" (wholly on the better side beyond it:
-"improved"); a significant change whose interval reaches inside the threshold is ok, with a note. Only the gated
-metrics (medians and throughput by default; tails are too few samples to gate on) decide the overall verdict.
+Verdict per metric (``judge``): the interval crossing zero is "no significant change" (ok); an interval that
+excludes zero with the change itself worse than the threshold is "regressed" (better than it: "improved"); a
+significant change within the threshold is ok, with a note. Only the gated metrics decide the overall verdict, and
+their intervals share the confidence (Bonferroni: with three gated metrics at 95%, each interval is 98.3%), so two
+identical configurations are flagged about as often as one metric alone would be.
 Check reports compare verdict by verdict: a check that passed in A and fails in B regressed.
 """
 
@@ -32,9 +33,9 @@ Verdict = Literal["ok", "regressed", "improved"]
 Better = Literal["higher", "lower"]
 
 DEFAULT_THRESHOLD = 0.05
-GATED: tuple[str, ...] = ("output_tok_s", "goodput_req_s", "ttft_p50_ms", "tpot_p50_ms", "itl_p50_ms",
-                          "failed_requests")
-"""Metrics that decide the overall verdict unless the caller names others."""
+GATED: tuple[str, ...] = ("output_tok_s", "goodput_req_s", "ttft_p50_ms", "tpot_p50_ms", "failed_requests")
+"""Metrics that decide the overall verdict unless the caller names others (ITL's median moves with TPOT's; tails
+rest on a handful of requests)."""
 PERCENTILES = (50, 90, 99)
 SETTING_KEYS = ("concurrency", "input_len", "output_len", "requests", "duration_s", "rate", "prompts_file", "slo",
                 "ignore_eos")
@@ -54,6 +55,9 @@ class MetricDelta:
     verdict: Verdict
     note: str
     gated: bool
+    confidence: float | None = None
+    """Of this metric's interval: the family's confidence split over the gated metrics (Bonferroni), else the
+    comparison's."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,18 +90,18 @@ class Comparison:
 
 
 def judge(interval: stats.Interval, better: Better, threshold: float) -> tuple[Verdict, str]:
-    """ok / regressed / improved for a relative change's interval (see the module's doc)."""
+    """ok / regressed / improved for a relative change and its interval (see the module's doc)."""
     sign = 1.0 if better == "higher" else -1.0
-    lo, hi = sorted((sign * interval.low, sign * interval.high))  # now positive means better
     span = f"{100 * interval.low:+.1f}% .. {100 * interval.high:+.1f}%"
     if interval.crosses_zero:
         return "ok", f"no significant change ({span})"
-    if hi < -threshold:
-        return "regressed", f"worse beyond the {100 * threshold:g}% threshold ({span})"
-    if lo > threshold:
-        return "improved", f"better beyond the {100 * threshold:g}% threshold ({span})"
-    side = "worse" if hi < 0 else "better"
-    return "ok", f"significantly {side}, but the interval reaches inside the {100 * threshold:g}% threshold ({span})"
+    change = sign * interval.value  # positive: better
+    if change < -threshold:
+        return "regressed", f"significantly worse, by more than the {100 * threshold:g}% threshold ({span})"
+    if change > threshold:
+        return "improved", f"significantly better, by more than the {100 * threshold:g}% threshold ({span})"
+    side = "worse" if change < 0 else "better"
+    return "ok", f"significantly {side}, but within the {100 * threshold:g}% threshold ({span})"
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,9 @@ class _Opts:
     gate: frozenset[str]
 
 
-StatFor = Callable[[Level], stats.Statistic | None]
+StatFor = Callable[[Level], tuple[stats.Statistic, int] | None]
+"""A level -> (its statistic over resampling units, how many units), or None when it cannot be computed."""
+
 
 
 @dataclass(frozen=True)
@@ -136,35 +142,42 @@ def _good(level: Level, r: Request) -> float:
     return 0.0 if bad else 1.0
 
 
-def _throughput(level: Level) -> stats.Statistic | None:
-    e2e = _col(level.requests, "e2e")
-    return None if e2e is None else stats.ratio_of_sums([r.output_tokens for r in level.requests], e2e)
+def _per_request(level: Level, stat: stats.Statistic | None) -> tuple[stats.Statistic, int] | None:
+    return None if stat is None else (stat, len(level.requests))
 
 
-def _goodput(level: Level) -> stats.Statistic | None:
+def _throughput(level: Level) -> tuple[stats.Statistic, int] | None:
+    """Output tokens over request time, per request: at a fixed concurrency it moves as the run's tok/s does."""
     e2e = _col(level.requests, "e2e")
-    return None if e2e is None else stats.ratio_of_sums([_good(level, r) for r in level.requests], e2e)
+    return _per_request(level, None if e2e is None else
+                        stats.ratio_of_sums([r.output_tokens for r in level.requests], e2e))
+
+
+def _goodput(level: Level) -> tuple[stats.Statistic, int] | None:
+    e2e = _col(level.requests, "e2e")
+    return _per_request(level, None if e2e is None else
+                        stats.ratio_of_sums([_good(level, r) for r in level.requests], e2e))
 
 
 def _percentile(attr: str, q: int) -> StatFor:
-    def make(level: Level) -> stats.Statistic | None:
+    def make(level: Level) -> tuple[stats.Statistic, int] | None:
         if attr == "itl":
             groups = [r.itl for r in level.requests]
             if any(g is None for g in groups) or not any(groups):
                 return None
-            return stats.pooled_percentile_of([list(g or ()) for g in groups], q)
+            return _per_request(level, stats.pooled_percentile_of([list(g or ()) for g in groups], q))
         vals = _col(level.requests, attr)
-        return None if vals is None else stats.percentile_of(vals, q)
+        return _per_request(level, None if vals is None else stats.percentile_of(vals, q))
 
     return make
 
 
 def _shown_percentile(attr: str, q: int) -> Callable[[Level], float | None]:
     def shown(level: Level) -> float | None:
-        stat = _percentile(attr, q)(level)
-        if stat is None or not level.requests:
+        made = _percentile(attr, q)(level)
+        if made is None or not level.requests:
             return None
-        return round(float(stat(np.arange(len(level.requests)))) * 1000.0, 3)
+        return round(float(made[0](np.arange(made[1]))) * 1000.0, 3)
 
     return shown
 
@@ -179,13 +192,14 @@ def _specs(a: Level, b: Level) -> list[_Spec]:
     return out
 
 
-def _one(level: str, spec: _Spec, a: Level, b: Level, opts: _Opts) -> MetricDelta:
+def _one(level: str, spec: _Spec, a: Level, b: Level, opts: _Opts, family: int) -> MetricDelta:
     gated = spec.metric in opts.gate
+    confidence = 1.0 - (1.0 - opts.confidence) / family if gated and family > 1 else opts.confidence
     shown_a, shown_b = spec.shown(a), spec.shown(b)
     sa, sb = spec.stat(a), spec.stat(b)
     interval = None
     if sa is not None and sb is not None:
-        interval = stats.relative_change(sa, len(a.requests), sb, len(b.requests), confidence=opts.confidence,
+        interval = stats.relative_change(sa[0], sa[1], sb[0], sb[1], confidence=confidence,
                                          resamples=opts.resamples, seed=opts.seed)
     if interval is None:
         return MetricDelta(level, spec.metric, spec.better, shown_a, shown_b, None, None, None, "ok",
@@ -193,7 +207,7 @@ def _one(level: str, spec: _Spec, a: Level, b: Level, opts: _Opts) -> MetricDelt
     threshold = opts.thresholds.get(spec.metric, opts.threshold)
     verdict, note = judge(interval, spec.better, threshold)
     return MetricDelta(level, spec.metric, spec.better, shown_a, shown_b, round(interval.value, 5),
-                       round(interval.low, 5), round(interval.high, 5), verdict, note, gated)
+                       round(interval.low, 5), round(interval.high, 5), verdict, note, gated, round(confidence, 5))
 
 
 def _failed(level: str, a: Level, b: Level, opts: _Opts) -> MetricDelta:
@@ -220,7 +234,9 @@ def _bench(a: Bench, b: Bench, opts: _Opts) -> tuple[list[MetricDelta], list[str
         if lb is None:
             notes.append(f"{la.key}: only in A")
             continue
-        out += [_one(la.key, spec, la, lb, opts) for spec in _specs(la, lb)]
+        specs = _specs(la, lb)
+        family = sum(1 for spec in specs if spec.metric in opts.gate) or 1
+        out += [_one(la.key, spec, la, lb, opts, family) for spec in specs]
         out.append(_failed(la.key, la, lb, opts))
     notes += [f"{lb.key}: only in B" for lb in b.levels if a.level(lb.key) is None]
     if not out:

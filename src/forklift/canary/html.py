@@ -69,8 +69,8 @@ def badge(verdict: str) -> str:
 def comparison_section(c: Comparison) -> str:
     """The comparison as an HTML fragment (tables and notes, no page around it)."""
     parts = [f"<p>A (baseline): <code>{html.escape(c.a)}</code><br>B (candidate): <code>{html.escape(c.b)}</code>"
-             f"<br>{100 * c.confidence:g}% bootstrap intervals of B/A&minus;1 over requests; threshold "
-             f"{100 * c.threshold:g}%. Verdict {badge(c.verdict)}</p>"]
+             f"<br>Bootstrap intervals of B/A&minus;1 over requests at {100 * c.confidence:g}% (the gated metrics "
+             f"share it: each interval wider); threshold {100 * c.threshold:g}%. Verdict {badge(c.verdict)}</p>"]
     parts += [f"<p><b>note:</b> {html.escape(n)}</p>" for n in c.notes]
     levels: list[str] = []
     for m in c.metrics:

@@ -23,6 +23,8 @@ class Request:
     e2e: float | None
     itl: tuple[float, ...] | None
     """None when the file predates per-request gaps (then ITL is not compared)."""
+    start: float | None = None
+    """Send time, seconds from the run's start."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class Level:
     output_tok_s: float | None
     goodput_req_s: float | None
     slo: dict[str, float | None] | None
+    duration_s: float | None = None
 
     @property
     def key(self) -> str:
@@ -81,7 +84,7 @@ def _request(raw: dict[str, Any]) -> Request | None:
     itl = raw.get("itl_ms")
     return Request(output_tokens=int(raw.get("output_tokens") or 0), ttft=_seconds(raw.get("ttft_ms")),
                    tpot=_seconds(raw.get("tpot_ms")), e2e=_seconds(raw.get("e2e_ms")),
-                   itl=None if itl is None else tuple(float(g) / 1000.0 for g in itl))
+                   itl=None if itl is None else tuple(float(g) / 1000.0 for g in itl), start=raw.get("start_s"))
 
 
 def _level(raw: dict[str, Any], where: str) -> Level:
@@ -92,7 +95,7 @@ def _level(raw: dict[str, Any], where: str) -> Level:
     reqs = tuple(r for r in (_request(x) for x in raw["per_request"]) if r is not None)
     return Level(concurrency=raw.get("concurrency"), rate=raw.get("rate"), requests=reqs,
                  failed=int(raw.get("failed") or 0), output_tok_s=raw.get("output_tok_s"),
-                 goodput_req_s=raw.get("goodput_req_s"), slo=raw.get("slo"))
+                 goodput_req_s=raw.get("goodput_req_s"), slo=raw.get("slo"), duration_s=raw.get("duration_s"))
 
 
 def _normal_status(status: str) -> str:

@@ -19,10 +19,11 @@ def _bench(seed: int, **kw: object) -> canary.Bench:
 
 @pytest.mark.parametrize(("low", "high", "better", "verdict", "words"), [
     (-0.03, 0.02, "higher", "ok", "no significant change"),
-    (-0.30, -0.10, "higher", "regressed", "worse beyond the 5% threshold"),
-    (0.10, 0.30, "lower", "regressed", "worse beyond"),
-    (-0.30, -0.10, "lower", "improved", "better beyond"),
-    (-0.12, -0.02, "higher", "ok", "significantly worse, but the interval reaches inside"),
+    (-0.30, -0.10, "higher", "regressed", "worse, by more than the 5% threshold"),
+    (0.10, 0.30, "lower", "regressed", "worse, by more than"),
+    (-0.30, -0.10, "lower", "improved", "better, by more than"),
+    (-0.12, -0.02, "higher", "regressed", "worse, by more than"),  # -7%: significant and beyond 5%
+    (-0.06, -0.01, "higher", "ok", "significantly worse, but within the 5% threshold"),
 ])
 def test_judge(low: float, high: float, better: str, verdict: str, words: str) -> None:
     got, note = canary.judge(Interval((low + high) / 2, low, high, 0.95), better, 0.05)  # type: ignore[arg-type]
@@ -37,7 +38,11 @@ def test_a_quarter_slower_candidate_regresses_on_throughput_and_latencies() -> N
     assert tput.verdict == "regressed" and tput.gated and tput.low is not None and tput.high is not None
     assert tput.low <= -0.2 <= tput.high + 0.03
     assert by["tpot_p50_ms"].verdict == "regressed" and by["itl_p50_ms"].verdict == "regressed"
-    assert not by["ttft_p99_ms"].gated
+    assert not by["ttft_p99_ms"].gated and not by["itl_p50_ms"].gated
+    gated = [m for m in c.metrics if m.gated and m.change is not None]
+    assert {m.metric for m in gated} == {"output_tok_s", "ttft_p50_ms", "tpot_p50_ms"}
+    assert all(m.confidence == pytest.approx(1 - 0.05 / 3, abs=1e-4) for m in gated)  # shared by the three
+    assert by["ttft_p99_ms"].confidence == pytest.approx(0.95)
 
 
 def test_the_same_distribution_is_not_flagged() -> None:
