@@ -52,6 +52,9 @@ class Options:
     threshold: float = DEFAULT_THRESHOLD
     gate: tuple[str, ...] | None = None
     force: bool = False
+    rebench_baseline: bool = False
+    """Bench the baseline again (its saved workload) right before the swap, and compare against that: on a
+    host whose speed drifts, a baseline measured minutes before the candidate is the fairer reference."""
 
 
 @dataclass
@@ -96,9 +99,14 @@ class Baseline:
     bench_path: Path
 
 
-def _saved_or_measure(record: RunRecord, ops: Ops, on_event: EventFn, notes: list[str]) -> Baseline:
+def _saved_or_measure(record: RunRecord, ops: Ops, on_event: EventFn, notes: list[str], rebench: bool) -> Baseline:
     name = record.name
     check_path, bench_path = store.latest_check(name), store.latest_bench(name)
+    if rebench and bench_path is not None:
+        on_event("baseline", "benching the baseline again with its saved workload, right before the swap")
+        previous = load_saved(bench_path)
+        ops.bench(record, previous.settings if isinstance(previous, Bench) else dict(measure.DEFAULT_WORKLOAD), None)
+        bench_path = store.latest_bench(name)
     if check_path is None:
         on_event("baseline", "no saved check report: running the quick tier against the baseline now")
         ops.check(record, "quick", None, save=True)
@@ -253,7 +261,7 @@ def run(name: str, opts: Options, *, ops: Ops | None = None, on_event: EventFn =
         if not fits:
             raise CanaryError(f"--beside: {why}", fix="Drop --beside to replace the baseline on the same nodes.")
     notes: list[str] = []
-    baseline = _saved_or_measure(base, ops, on_event, notes)
+    baseline = _saved_or_measure(base, ops, on_event, notes, opts.rebench_baseline)
     folder = store.fresh(store.canaries_dir(name))
     folder.mkdir(parents=True)
     (folder / "baseline-record.json").write_text(base.model_dump_json(indent=2))

@@ -63,6 +63,9 @@ def canary_cmd(
                                                           "the plans say both fit, instead of replacing it.")] = False,
     threshold: ThresholdOpt = DEFAULT_THRESHOLD,
     gate: GateOpt = None,
+    rebench: Annotated[bool, typer.Option("--rebench-baseline", help="Bench the baseline again right before the "
+                                                                     "swap and compare against that (a host whose "
+                                                                     "speed drifts).")] = False,
     force: ForceOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -79,7 +82,7 @@ def canary_cmd(
             err_console.print(f"[dim]{time.monotonic() - t0:6.1f}s[/] {phase}: {detail}", highlight=False)
 
     opts = canary_flow.Options(sets=tuple(set_), keep_on_ok=keep_on_ok, beside=beside, threshold=threshold,
-                               gate=gate_list(gate), force=force)
+                               gate=gate_list(gate), force=force, rebench_baseline=rebench)
     out = canary_flow.run(run_name, opts, on_event=on_event)
     if json_out:
         print_json(out.to_json())

@@ -181,3 +181,12 @@ def test_no_running_baseline_is_an_error(baseline: RunRecord) -> None:
         flow.run("base", flow.Options(sets=("serve.max_num_seqs=2",)), ops=FakeOps(4))
     with pytest.raises(CanaryError, match="no baseline run named 'nope'"):
         flow.run("nope", flow.Options(sets=("serve.max_num_seqs=2",)), ops=FakeOps(4))
+
+
+def test_rebench_baseline_measures_it_again_before_the_swap(baseline: RunRecord) -> None:
+    ops = FakeOps(4)
+    _measured(ops, baseline)
+    first = store.latest_bench("base")
+    out = flow.run("base", flow.Options(sets=("serve.max_num_seqs=2",), rebench_baseline=True), ops=ops)
+    assert ops.calls[:2] == [("bench", "base"), ("down", "base")]
+    assert store.latest_bench("base") != first and str(store.latest_bench("base")) in out.notes[-1]
