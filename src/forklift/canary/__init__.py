@@ -9,11 +9,11 @@ from forklift.canary.compare import DEFAULT_THRESHOLD, GATED, Comparison, Metric
 from forklift.canary.saved import Bench, Check, Level, Request, Saved, from_json, load
 
 __all__ = [
-    "DEFAULT_THRESHOLD",
-    "GATED",
     "Bench",
     "Check",
     "Comparison",
+    "DEFAULT_THRESHOLD",
+    "GATED",
     "Level",
     "MetricDelta",
     "Request",

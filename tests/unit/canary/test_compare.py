@@ -110,3 +110,9 @@ def test_load_reads_files_and_bench_folders(tmp_path: Path) -> None:
     (tmp_path / "x.json").write_text("{}")
     with pytest.raises(CompareError, match="neither bench results"):
         canary.load(tmp_path / "x.json")
+
+
+def test_the_public_names_are_sorted_and_exist() -> None:
+    assert canary.__all__ == sorted(canary.__all__)
+    for name in canary.__all__:
+        assert hasattr(canary, name)
