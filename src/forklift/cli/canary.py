@@ -11,7 +11,7 @@ from forklift import record as records
 from forklift.canary import DEFAULT_THRESHOLD
 from forklift.canary import flow as canary_flow
 from forklift.cli.common import ForceOpt, JsonOpt, NameOpt, RecipeArg, SetOpt, console, err_console, print_json
-from forklift.cli.compare import VERDICT_STYLE, GateOpt, ThresholdOpt, comparison_table, gate_list
+from forklift.cli.compare import VERDICT_STYLE, GateOpt, ThresholdOpt, comparison_table, gate_list, wide
 from forklift.errors import CanaryError
 
 
@@ -39,7 +39,7 @@ def _show(out: canary_flow.Outcome) -> None:
             console.print(f"[bold]doctor[/]: {out.startup['doctor']}", highlight=False)
     for c in (out.checks, out.bench):
         if c is not None:
-            console.print(comparison_table(c))
+            wide().print(comparison_table(c))
     for note in out.notes:
         console.print(f"[dim]note: {note}[/]", highlight=False)
     style = VERDICT_STYLE.get(out.verdict, "")

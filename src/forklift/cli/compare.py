@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from forklift import canary
@@ -33,6 +34,11 @@ def _value(v: object) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return "-" if v is None else str(v)
+
+
+def wide() -> Console:
+    """The console, or a 160-column one when piped (rich's 80-column default wraps every row)."""
+    return console if console.is_terminal else Console(width=160)
 
 
 def comparison_table(c: canary.Comparison) -> Table:
@@ -63,7 +69,7 @@ def compare_cmd(
     if json_out:
         print_json(c.to_json() | ({"html": str(html_out)} if html_out else {}))
     else:
-        console.print(comparison_table(c))
+        wide().print(comparison_table(c))
         for note in c.notes:
             console.print(f"[yellow]note[/]: {note}", highlight=False)
         style = VERDICT_STYLE[c.verdict]
