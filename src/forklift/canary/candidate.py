@@ -95,6 +95,8 @@ def fits_beside(base: Plan | Unplanned, cand: Plan | Unplanned) -> tuple[bool, s
     if not isinstance(base, Plan) or not isinstance(cand, Plan):
         which = "baseline" if not isinstance(base, Plan) else "candidate"
         return False, f"the {which} has no plan (its memory is unknown), so the plan cannot say both fit"
+    if not cand.fits:
+        return False, f"the candidate's plan does not fit on its own: {cand.error}"
     a, b = _footprints(base), _footprints(cand)
     limit = GPU_SHARE_LIMIT if base.platform == "cuda" else HOST_SHARE_LIMIT
     tight = []
