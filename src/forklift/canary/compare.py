@@ -246,7 +246,7 @@ def _bench(a: Bench, b: Bench, opts: _Opts) -> tuple[list[MetricDelta], list[str
     return out, notes
 
 
-_CHECK_RANK = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}
+_CHECK_RANK = {"skip": 0, "ok": 1, "warn": 2, "fail": 3}
 
 
 def _checks(a: Check, b: Check) -> tuple[list[MetricDelta], list[str]]:

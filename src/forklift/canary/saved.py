@@ -65,7 +65,7 @@ class Check:
     target: dict[str, Any]
     tier: str
     statuses: dict[str, str]
-    """check id -> pass / warn / fail / skip ('ok' of the shared result shape reads as 'pass')."""
+    """check id -> ok / warn / fail / skip (reports written before the shared result shape said 'pass')."""
     summaries: dict[str, str] = field(default_factory=dict)
     saved_at: float | None = None
     kind: Literal["check"] = "check"
@@ -99,7 +99,7 @@ def _level(raw: dict[str, Any], where: str) -> Level:
 
 
 def _normal_status(status: str) -> str:
-    return {"ok": "pass", "skipped": "skip"}.get(status, status)
+    return {"pass": "ok", "skipped": "skip"}.get(status, status)
 
 
 def from_json(data: Any, where: str) -> Saved:

@@ -111,7 +111,7 @@ def _runtime_version(recipe: Recipe, runner: Runner) -> str:
             raise EngineNotInstalledError(f"{runner.host}: docker image {rt.image} is not present "
                                           f"({res.stderr.strip()[-200:]})",
                                           fix=f"Pull it there first: `docker pull {rt.image}`.")
-            home: str = remote.home_dir(runner) if any(m.host.startswith("~") for m in rt.mounts) else "~"
+        home = remote.home_dir(runner) if any(m.host.startswith("~") for m in rt.mounts) else "~"
         mounts = [arg for m in rt.mounts for arg in  # the recipe's mounts may carry the Python
                   ("-v", f"{expand_home(m.host, home)}:{m.container}" + (":ro" if m.read_only else ""))]
         probe = runner.run(["docker", "run", "--rm", *mounts, "--entrypoint", rt.python, rt.image, "-c", PROBE],

@@ -9,6 +9,7 @@ start -> ready. The run record is written before the first process starts and af
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from collections.abc import Mapping
@@ -204,6 +205,21 @@ def apply_patches(recipe: Recipe, runners: Mapping[int, Runner]) -> list[dict[st
     return [p.to_json() for idx in sorted(done.results) for p in done.results[idx]]
 
 
+def visible_gpus(recipe: Recipe, launch: Launch) -> dict[str, list[int]]:
+    """Per host, the GPU indices the ranks are limited to by CUDA_VISIBLE_DEVICES (the rank's env, else this
+    process's for local nodes); hosts whose ranks see every GPU are left out."""
+    out: dict[str, list[int]] = {}
+    for rl in launch.processes:
+        node = recipe.nodes[rl.node_index]
+        value = rl.env.get("CUDA_VISIBLE_DEVICES")
+        if value is None and node.is_local:
+            value = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if value is not None and all(p.strip().isdigit() for p in value.split(",") if p.strip()):
+            out.setdefault(node.host, [])
+            out[node.host] = sorted({*out[node.host], *(int(p) for p in value.split(",") if p.strip())})
+    return out
+
+
 def _record(plan: Plan | Unplanned, name: str, pre: Preflight, patches: list[dict[str, object]],
             ssh_config: str | None, runners: Mapping[int, Runner]) -> tuple[RunRecord, list[CheckResult]]:
     launch = pre.launch
@@ -211,7 +227,8 @@ def _record(plan: Plan | Unplanned, name: str, pre: Preflight, patches: list[dic
                                   pre.paths[launch.head.node_index].home)
     return RunRecord(name=name, run_id=launch.run_id or "", plan=plan, launch=launch, endpoint=launch.endpoint,
                      served_name=launch.served_name, pins=pins, patches=patches, ssh_config=ssh_config,
-                     gpu_baseline_mib=pre.report.gpu_baseline_mib), warnings
+                     gpu_baseline_mib=pre.report.gpu_baseline_mib,
+                     gpu_indices=visible_gpus(plan.deployment.recipe, launch)), warnings
 
 
 def _start_and_wait(record: RunRecord, runners: Mapping[int, Runner], api_key: str | None,

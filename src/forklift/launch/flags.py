@@ -37,6 +37,9 @@ def serve_flags(serve: Serve) -> list[str]:
     switch("--enforce-eager", serve.enforce_eager)
     add("--block-size", serve.block_size)
     switch("--disable-custom-all-reduce", serve.disable_custom_all_reduce)
+    if serve.enable_prefix_caching is not None:
+        flags.append("--enable-prefix-caching" if serve.enable_prefix_caching else "--no-enable-prefix-caching")
+    switch("--enable-expert-parallel", serve.enable_expert_parallel)
     add("--reasoning-parser", serve.reasoning_parser)
     add("--tool-call-parser", serve.tool_call_parser)
     switch("--enable-auto-tool-choice", serve.enable_auto_tool_choice)

@@ -294,6 +294,18 @@ class Serve(Strict):
     cpu_kv_cache_gib: float | None = Field(
         default=None, gt=0, description="vLLM-CPU's KV pool in GiB (VLLM_CPU_KVCACHE_SPACE)."
     )
+    kv_cache_memory_bytes: Annotated[int, Field(ge=1)] | Literal["plan"] | None = Field(
+        default=None,
+        description="vLLM's explicit KV budget per GPU (--kv-cache-memory-bytes; skips profiling-based sizing): "
+        "bytes, or \"plan\" for the pool the planner predicts. Rendered from the plan's decisions.",
+    )
+    enable_prefix_caching: bool | None = Field(
+        default=None, description="--enable-prefix-caching / --no-enable-prefix-caching (null: vLLM's default; "
+        "on hybrid models it changes the Mamba cache mode and the KV block size)."
+    )
+    enable_expert_parallel: bool = Field(
+        default=False, description="--enable-expert-parallel: whole experts per rank over tp x dp (DP+EP)."
+    )
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
     enable_auto_tool_choice: bool = False

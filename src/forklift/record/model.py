@@ -96,6 +96,8 @@ class RunRecord(BaseModel):
     error: str | None = None
     ssh_config: str | None = None
     gpu_baseline_mib: dict[str, list[int]] = Field(default_factory=dict)
+    gpu_indices: dict[str, list[int]] = Field(default_factory=dict)
+    """Per host, the GPUs the run's ranks see (CUDA_VISIBLE_DEVICES); a host absent here uses all of them."""
 
     def path(self) -> Path:
         return run_dir(self.name) / "record.json"

@@ -104,7 +104,7 @@ def test_a_slower_candidate_regresses_and_the_baseline_comes_back(baseline: RunR
     assert ops.calls == [("down", "base"), ("up", "base"), ("check", "base"), ("bench", "base"), ("down", "base"),
                          ("up", "base"), ("check", "base")]
     assert out.restored is not None and out.restored["ok"] and out.restored["checks"] == {
-        "endpoint": "pass", "completion": "pass"}
+        "endpoint": "pass", "streaming": "pass"}
     assert out.mode == "replace" and not out.kept
     saved = json.loads((out.folder / "canary.json").read_text())
     assert saved["verdict"] == "regressed" and saved["sets"] == ["serve.max_num_seqs=1"]
