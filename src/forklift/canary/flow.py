@@ -154,6 +154,18 @@ def _start(plan: Plan | Unplanned, name: str, ops: Ops, opts: Options, out: Outc
 
 
 def _measure(cand: RunRecord, base: Baseline, ops: Ops, opts: Options, out: Outcome, on_event: EventFn) -> None:
+    """The baseline's check tier, then (unless a check broke) its bench workload; a candidate on which either
+    cannot run at all (unreachable, the workload does not fit its context) is broken too."""
+    try:
+        _check_then_bench(cand, base, ops, opts, out, on_event)
+    except ForkliftError as exc:
+        out.verdict = "broken"
+        out.reason = f"the baseline's check tier or bench workload cannot run on the candidate: " \
+                     f"{type(exc).__name__}: {exc.message}"
+
+
+def _check_then_bench(cand: RunRecord, base: Baseline, ops: Ops, opts: Options, out: Outcome,
+                      on_event: EventFn) -> None:
     on_event("check", f"{base.check.tier} tier, {len(base.check.statuses)} checks, as the baseline's")
     report = ops.check(cand, base.check.tier, list(base.check.statuses), save=False)
     (out.folder / "candidate-check.json").write_text(json.dumps(report, indent=2, default=str))

@@ -12,7 +12,7 @@ import pytest
 
 from forklift.canary import flow, store
 from forklift.canary.candidate import PatchCheck
-from forklift.errors import CanaryError, EngineStartupError
+from forklift.errors import BenchError, CanaryError, EngineStartupError
 from forklift.launch.render import render
 from forklift.plan import Plan, Unplanned, for_launch
 from forklift.recipe import Recipe, resolve
@@ -24,7 +24,8 @@ PASSING = {"endpoint": "pass", "completion": "pass", "streaming": "pass"}
 
 class FakeOps:
     def __init__(self, base_seqs: int | None, *, dilation: float = 1.0, cand_checks: dict[str, str] | None = None,
-                 fail_start: bool = False, patches: PatchCheck | None = None) -> None:
+                 fail_start: bool = False, patches: PatchCheck | None = None, bench_error: bool = False) -> None:
+        self.bench_error = bench_error
         self.base_seqs = base_seqs
         self.dilation = dilation
         self.cand_checks = cand_checks or PASSING
@@ -62,6 +63,8 @@ class FakeOps:
 
     def bench(self, record: RunRecord, settings: dict[str, Any], out_dir: Path | None) -> tuple[dict[str, Any], Path]:
         self.calls.append(("bench", record.name))
+        if self.bench_error and not self._is_base(record):
+            raise BenchError("input 64 + output 32 tokens exceed max_model_len 64", fix="shorter")
         self.seed += 1
         data = bench_json(self.seed, dilation=1.0 if self._is_base(record) else self.dilation)
         folder = out_dir or store.fresh(store.benches_dir(record.name))
@@ -190,3 +193,11 @@ def test_rebench_baseline_measures_it_again_before_the_swap(baseline: RunRecord)
     out = flow.run("base", flow.Options(sets=("serve.max_num_seqs=2",), rebench_baseline=True), ops=ops)
     assert ops.calls[:2] == [("bench", "base"), ("down", "base")]
     assert store.latest_bench("base") != first and str(store.latest_bench("base")) in out.notes[-1]
+
+
+def test_a_candidate_the_workload_cannot_run_on_is_broken_and_the_baseline_restored(baseline: RunRecord) -> None:
+    ops = FakeOps(4, bench_error=True)
+    _measured(ops, baseline)
+    out = flow.run("base", flow.Options(sets=("serve.max_num_seqs=2",)), ops=ops)
+    assert out.verdict == "broken" and "BenchError: input 64 + output 32" in out.reason
+    assert ops.calls[-2:] == [("up", "base"), ("check", "base")] and out.restored is not None
