@@ -199,6 +199,19 @@ class BenchError(ForkliftError):
     exit_code = 2
 
 
+class CompareError(ForkliftError):
+    """Two saved results cannot be read or compared (exit 2)."""
+
+    exit_code = 2
+
+
+class CanaryError(ForkliftError):
+    """A canary could not run at all: no baseline run, no saved results, nowhere to put the candidate (exit 2).
+    A candidate that regresses or breaks is a verdict, not this error."""
+
+    exit_code = 2
+
+
 class DoctorError(ForkliftError):
     """Doctor could not read its inputs or its knowledge base."""
 

@@ -11,7 +11,7 @@ from forklift.cli.common import JsonOpt, NameArg, console, print_json, render_er
 from forklift.errors import RunError, RunNotFoundError
 
 if TYPE_CHECKING:
-    from forklift.record import RunRecord
+    from forklift.record import Pins, RunRecord
 
 
 def load_run(name: str | None, *, exit_code: int | None = None) -> RunRecord:
@@ -28,8 +28,26 @@ def load_run(name: str | None, *, exit_code: int | None = None) -> RunRecord:
         raise typer.Exit(exit_code) from exc
 
 
-def status_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
-    """Show a run (or all runs): state, endpoint, ranks."""
+PinsOpt = Annotated[bool, typer.Option("--pins", help="Also show what exactly ran: vLLM build, image digest, model "
+                                                     "revision, recipe hash, patches.")]
+
+
+def _print_pins(pins: Pins) -> None:
+    rows = [("forklift", pins.forklift_version), ("vLLM", pins.vllm_version), ("vLLM build", pins.vllm_build),
+            ("image", pins.image), ("image digest", pins.image_digest), ("model revision", pins.model_revision),
+            ("recipe hash", pins.recipe_hash)]
+    rows += [(f"vLLM build on {h}", b) for h, b in pins.vllm_builds.items() if b != pins.vllm_build]
+    rows += [(f"image digest on {h}", d) for h, d in pins.image_digests.items() if d != pins.image_digest]
+    rows += [(f"patch {p.id}" + (f" on {p.host}" if p.host else ""),
+              ", ".join(f"{f} {h[:12]}" for f, h in p.files.items()) or "no files recorded") for p in pins.patches]
+    console.print("  pins:")
+    for label, value in rows:
+        if value:
+            console.print(f"    {label}: {value}", highlight=False, soft_wrap=True)
+
+
+def status_cmd(name: NameArg = None, json_out: JsonOpt = False, pins: PinsOpt = False) -> None:
+    """Show a run (or all runs): state, endpoint, ranks (and with --pins, what exactly ran)."""
     from rich.table import Table
 
     from forklift import record as records
@@ -38,7 +56,7 @@ def status_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
     if name is None and len(records.list_names()) != 1:
         results = [ops.status(r) for r in records.list_records()]
         if json_out:
-            print_json([s.to_json() for s in results])
+            print_json([s.to_json() | {"pins": s.record.pins.model_dump()} for s in results])
             return
         table = Table("name", "status", "endpoint", "model", "ranks alive")
         for s in results:
@@ -47,7 +65,7 @@ def status_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
         return
     s = ops.status(load_run(name))
     if json_out:
-        print_json(s.to_json())
+        print_json(s.to_json() | {"pins": s.record.pins.model_dump()})
         return
     console.print(f"[bold]{s.name}[/] {s.status} at {s.endpoint} ({s.served_name}, vLLM {s.vllm_version}, "
                   f"health {'ok' if s.healthy else 'not answering'})")
@@ -57,6 +75,8 @@ def status_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
         console.print(f"  rank {r.rank}{role} on {r.host}: pid {r.pid} {state}, log {r.log_path}")
     if s.record.error:
         console.print(f"  last error: {s.record.error}")
+    if pins:
+        _print_pins(s.record.pins)
 
 
 def logs_cmd(

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forklift import __version__, speculative
+from forklift import speculative
 from forklift.cluster import procs
 from forklift.cluster.modelfiles import hub_snapshot, local_listing
+from forklift.cluster.pins import collect as collect_pins
 from forklift.cluster.preflight import PreflightReport, run_preflight
 from forklift.cluster.ready import FAIL_GRACE_S, wait_ready
 from forklift.cluster.start import EventFn, _noop, prepare_nodes, reach_nodes, secret_values, start_ranks
@@ -46,7 +47,7 @@ from forklift.patches import recipes as recipe_patches
 from forklift.plan import Plan, Unplanned, rules
 from forklift.plan.make import make
 from forklift.recipe.schema import Recipe
-from forklift.record import PatchPin, Pins, RankState, RunRecord, validate_name
+from forklift.record import PatchPin, RankState, RunRecord, validate_name
 from forklift.record import load as load_record
 from forklift.results import CheckResult
 from forklift.runner import Runner, fan_out
@@ -234,14 +235,14 @@ def visible_gpus(recipe: Recipe, launch: Launch) -> dict[str, list[int]]:
 
 
 def _record(plan: Plan | Unplanned, name: str, pre: Preflight, patches: list[dict[str, Any]],
-            ssh_config: str | None) -> RunRecord:
+            ssh_config: str | None, runners: Mapping[int, Runner]) -> tuple[RunRecord, list[CheckResult]]:
     launch = pre.launch
-    pins = Pins(forklift_version=__version__, vllm_version=pre.version, vllm_versions=pre.report.versions,
-                patches=[PatchPin(**p) for p in recipe_patches.pins(patches)])
+    pins, warnings = collect_pins(plan.deployment.recipe, launch, pre.report.versions, patches, runners,
+                                  pre.paths[launch.head.node_index].home)
     return RunRecord(name=name, run_id=launch.run_id or "", plan=plan, launch=launch, endpoint=launch.endpoint,
                      served_name=launch.served_name, pins=pins, patches=patches, ssh_config=ssh_config,
                      gpu_baseline_mib=pre.report.gpu_baseline_mib,
-                     gpu_indices=visible_gpus(plan.deployment.recipe, launch))
+                     gpu_indices=visible_gpus(plan.deployment.recipe, launch)), warnings
 
 
 def _start_and_wait(record: RunRecord, runners: Mapping[int, Runner], api_key: str | None,
@@ -286,7 +287,8 @@ def up(plan: Plan | Unplanned, *, name: str = "default", on_event: EventFn = _no
     patches = apply_patches(recipe, runners)
     on_event("prepare", "creating run directories on every node")
     prepare_nodes(recipe, name, pre.paths, runners)
-    record = _record(plan, name, pre, patches, ssh_config)
+    record, pin_warnings = _record(plan, name, pre, patches, ssh_config, runners)
+    warnings += pin_warnings
     api_key = secret_values(pre.launch.head.secret_env).get(API_KEY_VAR)  # a missing key fails before any start
     record.timings["preflight_s"] = round(time.monotonic() - t0, 2)
     record.save()

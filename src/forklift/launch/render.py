@@ -101,7 +101,7 @@ class _Ctx:
         """How to invoke forklift's vLLM launcher on a node."""
         if self.recipe.runtime.kind == "docker":
             return [self.python, LAUNCHER_IN_CONTAINER]
-        if self.recipe.nodes[node_index].is_local:
+        if self.recipe.nodes[node_index].is_local and self.python == sys.executable:  # another venv: the file
             return [self.python, "-m", LAUNCHER_MODULE]
         return [self.python, f"{self.node_paths[node_index].run_dir}/{LAUNCHER_FILE}"]
 
