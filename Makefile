@@ -12,11 +12,12 @@ PYTEST_ARGS ?=
 
 install: $(VENV)/.installed system-packages
 
-# The cluster tests run real sshd (and a Docker daemon) in network namespaces and sync models with rsync (root only).
+# The cluster tests run real sshd (and a Docker daemon) in network namespaces and sync models with rsync; the
+# `forklift net` tests shape links with tc, block a port with nftables and measure with iperf3 (root only).
 system-packages:
-	@if [ "$$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/sbin/dockerd ] || ! command -v rsync >/dev/null || ! command -v ip >/dev/null; }; then \
+	@if [ "$$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/sbin/dockerd ] || ! command -v rsync >/dev/null || ! command -v ip >/dev/null || ! command -v iperf3 >/dev/null || ! command -v nft >/dev/null; }; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			openssh-server rsync iproute2 docker.io >/dev/null; \
+			openssh-server rsync iproute2 docker.io iperf3 nftables >/dev/null; \
 	fi
 
 # Test inputs fetched once and cached: two published vLLM releases' sources for the patch tests (~50 MB).
@@ -42,7 +43,8 @@ demo: install
 	$(FORKLIFT) chat --name demo "What is the capital of France?" ; rc=$$?; $(FORKLIFT) down demo; exit $$rc
 
 lint: install
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: install
 	$(VENV)/bin/mypy

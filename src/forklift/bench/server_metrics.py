@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from forklift.endpoint import Endpoint
 from forklift.speculative import metrics as spec_metrics
 
 PROMPT = "vllm:prompt_tokens"
@@ -55,17 +55,13 @@ def parse(text: str, model: str | None = None) -> Snapshot:
     return Snapshot(counters=totals, accepted_per_pos=per_pos)
 
 
-def scrape(base_url: str, model: str | None = None, *, timeout: float = 10.0,
-           headers: Mapping[str, str] | None = None) -> tuple[Snapshot | None, str | None]:
+def scrape(endpoint: Endpoint, model: str | None = None) -> tuple[Snapshot | None, str | None]:
     """GET ``/metrics``; returns (snapshot, None) or (None, why it is unavailable). Never raises."""
+    text, why = endpoint.metrics()
+    if text is None:
+        return None, why
     try:
-        resp = httpx.get(f"{base_url}/metrics", timeout=timeout, headers=dict(headers or {}))
-    except httpx.HTTPError as exc:
-        return None, f"GET /metrics failed: {type(exc).__name__}: {exc}"
-    if resp.status_code != 200:
-        return None, f"GET /metrics answered HTTP {resp.status_code}"
-    try:
-        snap = parse(resp.text, model)
+        snap = parse(text, model)
     except ValueError as exc:
         return None, f"/metrics is not Prometheus text: {exc}"
     if PROMPT not in snap.counters and GENERATION not in snap.counters:

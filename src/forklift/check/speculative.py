@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from forklift.endpoint import Endpoint
 from forklift.results import CheckResult, Evidence, Status, excerpt
 from forklift.speculative import metrics, workload
 
@@ -24,7 +25,7 @@ was accepted. vLLM's own CPU spec-decode tests gate eagle3 / dflash / mtp at 1.5
 MAX_TOKENS = 128
 
 
-def _scrape(http: httpx.Client, model: str) -> tuple[metrics.Counters | None, Evidence]:
+def _scrape(http: Endpoint, model: str) -> tuple[metrics.Counters | None, Evidence]:
     t0 = time.monotonic()
     try:
         resp = http.get("/metrics")
@@ -41,12 +42,12 @@ def _scrape(http: httpx.Client, model: str) -> tuple[metrics.Counters | None, Ev
         return None, ev
 
 
-def _complete(http: httpx.Client, model: str, prompt: str, max_tokens: int) -> tuple[dict[str, Any] | None, Evidence]:
+def _complete(http: Endpoint, model: str, prompt: str, max_tokens: int) -> tuple[dict[str, Any] | None, Evidence]:
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
     shown = {**body, "prompt": f"{prompt[:120]} ... [{len(prompt)} chars]"}
     t0 = time.monotonic()
     try:
-        resp = http.post("/v1/completions", json=body)
+        resp = http.post("/v1/completions", body)
     except httpx.HTTPError as exc:
         return None, Evidence("repetitive prompt", request=shown, response=f"{type(exc).__name__}: {exc}",
                               seconds=time.monotonic() - t0)
@@ -75,7 +76,7 @@ def judge(stats: Mapping[str, Any], *, threshold: float = MIN_ACCEPTANCE_LENGTH)
     return "ok", tail, None
 
 
-def check_speculative(http: httpx.Client, model: str, *, configured: Mapping[str, Any] | None,
+def check_speculative(http: Endpoint, model: str, *, configured: Mapping[str, Any] | None,
                       max_model_len: int | None = None, threshold: float = MIN_ACCEPTANCE_LENGTH) -> CheckResult:
     """``http``: a client on the server's base URL (with its auth header). ``configured``: the recipe's
     ``serve.speculative`` when the run record knows it (None: a URL target, unknown)."""

@@ -8,9 +8,9 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from forklift.cli.common import JsonOpt, RecipeArg, SetOpt, console, print_json
-from forklift.cluster.hosts import runners_for
 from forklift.cluster.sync import sync
 from forklift.errors import ModelError
+from forklift.launch.hosts import runners_for
 from forklift.model import bundled
 from forklift.model.resolve import local_path
 from forklift.recipe import resolve

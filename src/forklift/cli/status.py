@@ -1,20 +1,40 @@
-"""``forklift status``, ``forklift logs`` and ``forklift down``."""
+"""``forklift status``, ``forklift logs`` and ``forklift down``; :func:`load_run` for every command that
+takes a run name."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from forklift import record as records
-from forklift.cli.common import JsonOpt, NameArg, console, print_json
-from forklift.cluster import down as ops
-from forklift.errors import RunNotFoundError
+from forklift.cli.common import JsonOpt, NameArg, console, print_json, render_error
+from forklift.errors import RunError, RunNotFoundError
+
+if TYPE_CHECKING:
+    from forklift.record import RunRecord
+
+
+def load_run(name: str | None, *, exit_code: int | None = None) -> RunRecord:
+    """The run a command means (the one named, else the only one). ``exit_code`` overrides the error's own when
+    the run cannot be found: ``check`` and ``bench`` exit 2, "could not run", rather than 1."""
+    from forklift import record as records
+
+    try:
+        return records.load(records.resolve_name(name))
+    except RunError as exc:
+        if exit_code is None:
+            raise
+        render_error(exc)
+        raise typer.Exit(exit_code) from exc
 
 
 def status_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
     """Show a run (or all runs): state, endpoint, ranks."""
+    from rich.table import Table
+
+    from forklift import record as records
+    from forklift.cluster import down as ops
+
     if name is None and len(records.list_names()) != 1:
         results = [ops.status(r) for r in records.list_records()]
         if json_out:
@@ -25,7 +45,7 @@ def status_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
             table.add_row(s.name, s.status, s.endpoint, s.served_name, f"{len(s.alive_ranks)}/{len(s.record.ranks)}")
         console.print(table if results else "no runs; start one with `forklift up`")
         return
-    s = ops.status(records.load(records.resolve_name(name)))
+    s = ops.status(load_run(name))
     if json_out:
         print_json(s.to_json())
         return
@@ -46,7 +66,9 @@ def logs_cmd(
     tail: Annotated[int | None, typer.Option("--tail", help="Only the last N lines.")] = None,
 ) -> None:
     """Print a rank's engine log."""
-    rec = records.load(records.resolve_name(name))
+    from forklift.cluster import down as ops
+
+    rec = load_run(name)
     if follow:
         try:
             for line in ops.follow_log(rec, rank):
@@ -59,6 +81,9 @@ def logs_cmd(
 
 def down_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
     """Stop every process of a run (SIGTERM, wait, SIGKILL) and verify nothing remains. Idempotent."""
+    from forklift import record as records
+    from forklift.cluster import down as ops
+
     run_name = records.resolve_name(name)
     try:
         rec = records.load(run_name)

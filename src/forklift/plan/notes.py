@@ -30,27 +30,76 @@ def _platform_notes(core: Core) -> list[str]:
     st, vr = ctx.st, ctx.vr
     if st.platform != "cuda":
         return [f"vLLM-CPU: the KV pool is VLLM_CPU_KVCACHE_SPACE = {core.ranks[0].requested_gib:g} GiB per "
-                f"worker; block size {st.block}"]
-    runner = vr.runner(ctx.spec.moe is not None)
-    notes = [f"vLLM {vr.version} (rules '{vr.matched}'): {runner.upper()} model runner; CUDA-graph estimate "
-             + ("subtracted before sizing the KV pool" if core.ranks[0].cudagraph_subtracted else
-                "not subtracted" + (" (enforce_eager)" if st.eager else ""))]
+                f"worker; block size {st.block or core.layouts[0].block_size}"]
+    rank = core.ranks[0]
+    notes = [f"vLLM {vr.version} (rules '{vr.matched}'): {st.runner.upper()} model runner; CUDA-graph estimate "
+             + (f"{rank.cudagraph_gib:.2f} GiB subtracted before sizing the KV pool" if rank.cudagraph_subtracted else
+                "not subtracted" + (" (enforce_eager)" if st.eager else " (this runner does not estimate it)"))]
     if core.calibration is None:
-        notes.append("activation peak, non-torch and CUDA-graph terms are estimates; "
-                     "`forklift plan RECIPE --calibrate LOG` makes them exact for this model and settings")
+        notes.append(f"activation {rank.activation_gib:.2f} GiB = the profile run's peak at max_num_batched_tokens "
+                     f"{st.mnbt:,} (MoE workspace, MLA/indexer buffers) or the dummy sampler over max_num_seqs "
+                     f"{st.seqs:,} x {ctx.spec.vocab_size:,} logits, whichever is larger; CUDA graphs for max_num_seqs "
+                     f"{st.seqs:,}; `forklift plan RECIPE --calibrate LOG` replaces these terms by a log's")
     else:
         notes.append(f"activation, non-torch and CUDA-graph terms come from calibration {core.calibration.key} "
                      f"(log {core.calibration.source_log}), not from the estimator")
+    if isinstance(st.kv_budget, int) or st.kv_budget == "plan":
+        notes.append("--kv-cache-memory-bytes fixes the KV pool (vLLM skips its memory profiling); the startup check "
+                     "on free memory still applies")
+    return notes + _unified_notes(core)
+
+
+def _unified_notes(core: Core) -> list[str]:
+    ctx = core.ctx
+    notes = []
     for node, prof in zip(ctx.deployment.nodes, ctx.profiles, strict=True):
-        if not prof.unified:
+        if not prof.unified or prof.kind != "cuda":
             continue
         measured = ctx.deployment.facts.get(node.host)
         if measured is not None and measured.mem_available_gib:
             notes.append(f"unified memory on {node.host}: {measured.mem_available_gib:.2f} GiB free when measured "
-                         f"({measured.source}); vLLM's startup request must fit in it")
+                         f"({measured.source}); vLLM's startup request (utilization x total) must fit in it")
         else:
-            notes.append(f"unified memory on {node.host}: assumes {prof.available_gib} GiB free at launch (profile "
-                         f"{prof.name}); `forklift hw --node {node.host}` measures it")
+            notes.append(f"unified memory on {node.host}: ASSUMES {prof.available_gib} GiB free at launch (profile "
+                         f"{prof.name}); vLLM compares MemAvailable with utilization x total at startup; "
+                         f"`forklift hw --node {node.host}` measures it")
+    if notes:
+        notes.append(_unified_terms_note())
+    return notes
+
+
+def _unified_terms_note() -> str:
+    """What the plan counts of the host memory a unified GPU's free-memory readings include."""
+    measured = bool(rules.measured().get("uma_host"))
+    counted = ("the input batch's CPU token table, FlashInfer's pinned decode buffers"
+               + (", and the host memory per captured graph and per profile run measured on our H200 runs "
+                  "(process RSS; per decoder layer)" if measured else ""))
+    left = "anything else the processes grow by (weight loading, kernels JIT-built on the node)" if measured else \
+        "torch.compile's and the CUDA graphs' host memory (not measured yet)"
+    return (f"unified memory: vLLM reads free memory there from MemAvailable (profile) and cudaMemGetInfo (CUDA-graph "
+            f"estimate), so host memory counts against the KV pool; the plan counts {counted}; it leaves out {left}, "
+            "so the KV pool is an upper bound; one startup log from these nodes through "
+            "`forklift plan RECIPE --calibrate LOG` replaces the terms")
+
+
+def _kv_notes(core: Core) -> list[str]:
+    lay, st = core.layouts[0], core.ctx.st
+    notes: list[str] = []
+    if lay.padded_state:
+        state = max(b.spec.state for b in lay.buckets if b.spec.kind == "mamba")
+        notes.append(f"hybrid KV cache: attention block raised to {lay.block_size} tokens so one page holds a "
+                     f"{state:,}-byte linear-attention state (padded {100 * (lay.padded_state - state) / state:.2f}%); "
+                     f"Mamba cache mode '{lay.cfg.mamba_mode}'")
+    elif any(b.spec.kind == "mamba" for b in lay.buckets):
+        notes.append(f"hybrid KV cache: block {lay.block_size} tokens, Mamba cache mode '{lay.cfg.mamba_mode}'")
+    if not lay.uniform:
+        groups = ", ".join(f"{b.groups} {b.spec.kind}" for b in lay.buckets)
+        notes.append(f"KV cache groups of {lay.group_size} layers: {groups}; a {st.max_model_len:,}-token request "
+                     f"holds {lay.blocks_per_request():,} blocks; max concurrency {core.max_conc:.2f}x")
+    notes.extend(lay.notes)
+    if st.dp > 1:
+        notes.append(f"data parallel {st.dp}: each replica has its own KV pool; experts "
+                     + ("whole per rank (EP over tp x dp)" if st.ep else f"split {st.tp * st.dp} ways (TP x DP)"))
     return notes
 
 
@@ -77,8 +126,8 @@ def _layout_notes(core: Core, suggested: list[int] | None, stage_weights: list[f
 
 
 def notes(core: Core, suggested: list[int] | None, stage_weights: list[float]) -> list[str]:
-    return [*_source_notes(core), *_platform_notes(core), *_layout_notes(core, suggested, stage_weights),
-            *speculative_notes(core)]
+    return [*_source_notes(core), *_platform_notes(core), *_kv_notes(core),
+            *_layout_notes(core, suggested, stage_weights), *speculative_notes(core)]
 
 
 # --- [speculative] the wording of forklift.speculative's findings and sizing --------------------------------------

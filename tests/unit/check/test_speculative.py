@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import httpx
 
 from forklift.check.speculative import check_speculative, judge
+from forklift.endpoint import Endpoint
 
 NO_SPEC = "# TYPE vllm:generation_tokens counter\nvllm:generation_tokens_total{model_name=\"m\"} 10.0\n"
 
@@ -26,7 +27,7 @@ def _page(gen: float, drafts: float, draft_tokens: float, accepted: float, per_p
     return "\n".join(lines) + "\n"
 
 
-def _server(pages: list[str]) -> tuple[httpx.Client, list[dict[str, object]]]:
+def _server(pages: list[str]) -> tuple[Endpoint, list[dict[str, object]]]:
     it: Iterator[str] = iter(pages)
     sent: list[dict[str, object]] = []
 
@@ -36,7 +37,7 @@ def _server(pages: list[str]) -> tuple[httpx.Client, list[dict[str, object]]]:
         sent.append(json.loads(request.content))
         return httpx.Response(200, json={"choices": [{"text": "x"}], "usage": {"completion_tokens": 100}})
 
-    return httpx.Client(base_url="http://server", transport=httpx.MockTransport(handler)), sent
+    return Endpoint("http://server", transport=httpx.MockTransport(handler)), sent
 
 
 def test_high_acceptance_on_the_copy_prompt_passes() -> None:
