@@ -4,8 +4,8 @@ Starts two deployments of the bundled SmolLM2 through `forklift up` (the default
 with ``serve.speculative`` ngram K=4, lookup 2..5), then runs `forklift bench spec --spec-baseline base` on the
 ``copy`` workload (re-emit a file: where lookup pays) and the ``prose`` workload (summarise it: not a copy task;
 with EOS ignored a 135M model still repeats itself, so lookup finds drafts there too). Writes
-bench-results/spec_ngram.json (mean acceptance length, per-position acceptance, tokens per step,
-decode tok/s per stream with and without drafts, the speed-up) and each run's full report beside it.
+bench-results/spec_ngram.json (mean acceptance length, per-position acceptance, tokens per step, decode tok/s per
+stream with and without drafts, the speed-up) and each run's full report beside it.
 Run: `python -m benchmarks.spec_ngram [REQUESTS]`.
 """
 
