@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "doctor",
     "recipe",
     "model",
+    "image",
     "node",
     "patch",
 ]

@@ -18,7 +18,7 @@ from pathlib import Path
 from forklift import __version__
 from forklift.cluster import procs
 from forklift.cluster.hosts import runners_for
-from forklift.cluster.modelfiles import hub_snapshot, local_listing
+from forklift.cluster.modelfiles import cache_repo_dir, hub_cache, local_listing, model_pin, snapshot_dir
 from forklift.cluster.preflight import PreflightReport, run_preflight
 from forklift.cluster.ready import FAIL_GRACE_S, wait_ready
 from forklift.cluster.start import EventFn, _noop, prepare_nodes, reach_nodes, secret_values, start_ranks
@@ -42,7 +42,7 @@ from forklift.node import preflight as node_preflight
 from forklift.node import resolve_profile
 from forklift.plan import Plan, Unplanned, rules
 from forklift.plan.make import make
-from forklift.recipe.schema import Recipe
+from forklift.recipe.schema import DockerRuntime, Recipe
 from forklift.record import Pins, RunRecord, validate_name
 from forklift.record import load as load_record
 from forklift.results import CheckResult
@@ -68,6 +68,8 @@ class Preflight:
     report: PreflightReport
     launch: Launch
     paths: dict[int, NodePaths]
+    model_revision: str | None = None
+    """The head's weights: Hub commit, or sha256 of config + index (``modelfiles.model_pin``)."""
 
 
 def gate(plan: Plan | Unplanned, *, force: bool) -> None:
@@ -117,9 +119,9 @@ def _node_model_paths(recipe: Recipe, launch: Launch, runners: Mapping[int, Runn
             out[rl.node_index] = rl.model_path
             continue
         env = {**recipe.env, **recipe.nodes[rl.node_index].env}
-        hf_home = env.get("HF_HOME", f"{paths[rl.node_index].home}/.cache/huggingface")
-        found = hub_snapshot(runners[rl.node_index], recipe.model.source, recipe.model.revision, hf_home)
-        out[rl.node_index] = found or f"{hf_home}/hub/models--{recipe.model.source.replace('/', '--')}"
+        cache = hub_cache(runners[rl.node_index], env, paths[rl.node_index].home)
+        found = snapshot_dir(runners[rl.node_index], recipe.model.source, recipe.model.revision, cache)
+        out[rl.node_index] = found or cache_repo_dir(cache, recipe.model.source)
     return out
 
 
@@ -163,9 +165,10 @@ def preflight(plan: Plan | Unplanned, name: str, *, runners: Mapping[int, Runner
     paths = reached.results
     launch = render(plan, run_id=run_id, node_paths=paths)
     on_event("preflight", f"checking {len(recipe.nodes)} node(s)")
-    report = run_preflight(recipe, runners, _node_model_paths(recipe, launch, runners, paths),
-                           local_listing(reference) if reference is not None else None)
-    return Preflight(report.versions.get(recipe.head.host, "unknown"), report, launch, paths)
+    model_at = _node_model_paths(recipe, launch, runners, paths)
+    report = run_preflight(recipe, runners, model_at, local_listing(reference) if reference is not None else None)
+    pin = model_pin(runners[0], model_at[0]) if 0 in model_at and 0 in runners else None
+    return Preflight(report.versions.get(recipe.head.host, "unknown"), report, launch, paths, pin)
 
 
 def node_checks(recipe: Recipe, runners: Mapping[int, Runner], *, strict: bool) -> list[CheckResult]:
@@ -207,7 +210,11 @@ def apply_patches(recipe: Recipe, runners: Mapping[int, Runner]) -> list[dict[st
 def _record(plan: Plan | Unplanned, name: str, pre: Preflight, patches: list[dict[str, object]],
             ssh_config: str | None) -> RunRecord:
     launch = pre.launch
-    pins = Pins(forklift_version=__version__, vllm_version=pre.version, vllm_versions=pre.report.versions)
+    rt = plan.deployment.recipe.runtime
+    pins = Pins(forklift_version=__version__, vllm_version=pre.version, vllm_versions=pre.report.versions,
+                image=rt.image if isinstance(rt, DockerRuntime) else None,
+                image_digest=pre.report.image_digests.get(plan.deployment.recipe.head.host),
+                model_revision=pre.model_revision)
     return RunRecord(name=name, run_id=launch.run_id or "", plan=plan, launch=launch, endpoint=launch.endpoint,
                      served_name=launch.served_name, pins=pins, patches=patches, ssh_config=ssh_config,
                      gpu_baseline_mib=pre.report.gpu_baseline_mib)
