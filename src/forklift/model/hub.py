@@ -79,7 +79,8 @@ def token() -> str | None:
 
 def endpoint() -> str:
     """The Hub this machine talks to (``HF_ENDPOINT`` or huggingface.co); nodes are pointed at the same one."""
-    return _hub().constants.ENDPOINT.rstrip("/")  # type: ignore[no-any-return]
+    value = os.environ.get("HF_ENDPOINT") or _hub().constants.ENDPOINT
+    return str(value).rstrip("/")
 
 
 def _hub() -> Any:
