@@ -42,7 +42,8 @@ demo: install
 	$(FORKLIFT) chat --name demo "What is the capital of France?" ; rc=$$?; $(FORKLIFT) down demo; exit $$rc
 
 lint: install
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: install
 	$(VENV)/bin/mypy

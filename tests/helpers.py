@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+DATA = REPO / "tests" / "data"
+CALIBRATION = DATA / "calibration"
+"""Real vLLM startup logs and configs (tests/data/calibration/README.md says where they come from)."""
 
 
 def free_port() -> int:

@@ -151,7 +151,15 @@ class RunError(ForkliftError):
 
 
 class RunNotFoundError(RunError):
-    """No run record under that name."""
+    """No run record under that name (a usage error: exit 2)."""
+
+    exit_code = 2
+
+
+class RunNameError(RunError):
+    """A run name forklift cannot use (a usage error: exit 2)."""
+
+    exit_code = 2
 
 
 class RunAlreadyRunningError(RunError):

@@ -20,10 +20,15 @@ def runs_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    """Model cache: ``$FORKLIFT_CACHE`` or ``~/.cache/forklift`` (shared across FORKLIFT_HOMEs on purpose)."""
+    """Caches (prepared models, vLLM release sources, calibrations): ``$FORKLIFT_CACHE``; else
+    ``$FORKLIFT_HOME/cache`` when FORKLIFT_HOME is set (one home is one isolated forklift); else
+    ``~/.cache/forklift``."""
     env = os.environ.get("FORKLIFT_CACHE")
     if env:
         return Path(env)
+    home_env = os.environ.get("FORKLIFT_HOME")
+    if home_env:
+        return Path(home_env) / "cache"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "forklift"
 

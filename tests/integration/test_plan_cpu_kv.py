@@ -17,11 +17,11 @@ import yaml
 from forklift import recipe as recipes
 from forklift.model import bundled
 from forklift.plan import make
-from tests.helpers import SHARED, forklift, free_port
+from tests.helpers import CALIBRATION, forklift, free_port
 
 pytestmark = pytest.mark.integration
 
-TINY = SHARED / "calibration" / "cpu-tiny"
+TINY = CALIBRATION / "cpu-tiny"
 SMOL = bundled.target_dir("smollm2-135m-instruct")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 _KV = re.compile(r"CPU KV cache size: ([0-9,]+) tokens")

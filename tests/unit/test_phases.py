@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forklift.cluster.phases import PHASE_NAMES, advance, relevant_tail, startup_hint
-from tests.helpers import SHARED
+from tests.helpers import CALIBRATION
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "phases"
 
@@ -36,7 +36,7 @@ def test_cuda_v026_log_reaches_each_phase_in_order() -> None:
 
 
 def test_cpu_log_reaches_each_phase() -> None:
-    seen = _first_line_of_each_phase(_lines(SHARED / "calibration" / "cpu-vllm032-smollm2-single.log"))
+    seen = _first_line_of_each_phase(_lines(CALIBRATION / "cpu-vllm032-smollm2-single.log"))
     assert list(seen) == ["loading weights", "compiling", "sizing KV cache", "serving"]
 
 

@@ -5,21 +5,26 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from forklift import node
+from forklift.cli.checks import print_checks
 from forklift.cli.common import JsonOpt, console, err_console, print_json
-from forklift.errors import ForkliftError
+from forklift.cluster.hosts import runners_for
+from forklift.errors import ForkliftError, RecipeError
+from forklift.recipe import bundled_names, resolve
+from forklift.recipe.schema import check_ssh_target
 from forklift.runner import LocalRunner, Runner
-from forklift.runner.ssh import SshRunner
+from forklift.runner.ssh import SshRunner, default_ssh_config
 
 LOCAL = ("localhost", "local", "127.0.0.1")
 STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 
-NodesArg = Annotated[list[str] | None, typer.Argument(help="Nodes: 'localhost' or SSH targets (user@host[:port]).")]
+NodesArg = Annotated[list[str] | None, typer.Argument(
+    help="Nodes: a recipe (bundled name or YAML file: all its nodes), 'localhost', or SSH targets (user@host[:port]).")]
 ProfileOpt = Annotated[str, typer.Option("--profile", "-p", help="gb10, default, a profile YAML, or auto.")]
 RootOpt = Annotated[str, typer.Option("--root", help="Write files under this directory instead of / (kernel "
                                       "values are only read; nothing live changes).")]
@@ -30,7 +35,35 @@ node_app = typer.Typer(help="Prepare nodes: sysctl, swap, the OOM/page-cache gua
 
 
 def _runner(target: str) -> Runner:
-    return LocalRunner() if target in LOCAL else SshRunner(target)
+    if target in LOCAL:
+        return LocalRunner()
+    try:
+        check_ssh_target(target)
+    except ValueError as exc:
+        raise RecipeError(f"{target!r} is neither a recipe nor an SSH target: {exc}",
+                          fix="Pass a bundled recipe name (`forklift recipe list`), a recipe YAML file, 'localhost', "
+                              "or user@host[:port].") from None
+    return SshRunner(target)
+
+
+def _is_recipe(arg: str) -> bool:
+    return arg in bundled_names() or (arg.endswith((".yaml", ".yml")) and Path(arg).expanduser().is_file())
+
+
+def _targets(args: list[str] | None, profile: str) -> list[tuple[str, Runner, str]]:
+    """(name, runner, profile) for every node named: a recipe expands to its nodes, each with the profile its
+    hardware implies (gb10 for GB10 nodes) unless --profile names one."""
+    out: list[tuple[str, Runner, str]] = []
+    for arg in args or ["localhost"]:
+        if not _is_recipe(arg):
+            out.append((arg, _runner(arg), profile))
+            continue
+        recipe = resolve(arg).recipe
+        runners = runners_for(recipe, ssh_config=default_ssh_config())
+        for i, n in enumerate(recipe.nodes):
+            chosen = profile if profile != "auto" else ("gb10" if n.hardware == "gb10" else "auto")
+            out.append((n.host, runners[i], chosen))
+    return out
 
 
 @node_app.command("check")
@@ -38,19 +71,15 @@ def check_cmd(nodes: NodesArg = None, profile: ProfileOpt = "auto", root: RootOp
               json_out: JsonOpt = False) -> None:
     """Check each node against a profile: sysctls, swap, guard health, display manager, page cache, other guards."""
     results: list[node.CheckResult] = []
-    for target in nodes or ["localhost"]:
-        runner = _runner(target)
+    for target, runner, prof in _targets(nodes, profile):
         try:
-            results += node.check(runner, node.resolve_profile(runner, profile), root=root)
+            results += node.check(runner, node.resolve_profile(runner, prof), root=root)
         except ForkliftError as exc:
             results.append(node.CheckResult("reachable", "fail", exc.message, {}, exc.fix, host=target))
     if json_out:
         print_json([r.to_json() for r in results])
     else:
-        table = Table("node", "item", "status", "detail", "fix")
-        for r in results:
-            table.add_row(r.host, r.name, f"[{STYLE[r.status]}]{r.status}[/]", r.summary, r.fix or "")
-        console.print(table)
+        print_checks(results)
     if node.worst(results) == "fail":
         raise typer.Exit(1)
 
@@ -62,9 +91,8 @@ def apply_cmd(nodes: NodesArg = None, profile: ProfileOpt = "auto", dry_run: Dry
               root: RootOpt = "/", json_out: JsonOpt = False) -> None:
     """Apply a profile (idempotent): sysctl file, swap file, guard unit; records what was there for revert."""
     out = []
-    for target in nodes or ["localhost"]:
-        runner = _runner(target)
-        prof = node.resolve_profile(runner, profile).with_swap_gib(swap_gib)
+    for _target, runner, name in _targets(nodes, profile):
+        prof = node.resolve_profile(runner, name).with_swap_gib(swap_gib)
         prof = prof.with_stop_display_manager(stop_display_manager)
         try:
             res = node.apply(runner, prof, root=root, dry_run=dry_run)
@@ -83,9 +111,9 @@ def revert_cmd(nodes: NodesArg = None, dry_run: DryRunOpt = False, root: RootOpt
                json_out: JsonOpt = False) -> None:
     """Undo `node apply`: files byte-identical, sysctls and units as they were, swap file removed."""
     out = []
-    for target in nodes or ["localhost"]:
+    for _target, runner, _profile in _targets(nodes, "auto"):
         try:
-            res = node.revert(_runner(target), root=root, dry_run=dry_run)
+            res = node.revert(runner, root=root, dry_run=dry_run)
         except node.SudoRequiredError as exc:
             _print_by_hand(exc)
             raise typer.Exit(exc.exit_code) from exc

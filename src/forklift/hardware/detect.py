@@ -8,7 +8,6 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-import psutil
 from pydantic import BaseModel, ConfigDict
 
 from forklift.hardware.profiles import HardwareProfile, profiles
@@ -100,6 +99,8 @@ def _nvidia_gpus() -> list[Gpu]:
 def detect() -> LocalHardware:
     """Measure the local machine (a fraction of a second; nvidia-smi only when installed)."""
     model, amx = _cpuinfo()
+    import psutil  # only here: ~10 ms of every command's start otherwise
+
     vm = psutil.virtual_memory()
     gpus = _nvidia_gpus()
     profile = next((g.profile for g in gpus if g.profile), None) or "cpu"

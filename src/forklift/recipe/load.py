@@ -154,7 +154,7 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
                                       f"(it has {len(cursor)} entries)", fix=SET_EXAMPLES) from exc
             nxt = cursor.get(part)
             if not isinstance(nxt, dict | list):
-                nxt = {}
+                nxt = [] if path[i + 1].isdigit() else {}  # --set patches.0=x makes the list it names
                 cursor[part] = nxt
             cursor = nxt
         last = path[-1]
@@ -219,7 +219,7 @@ def _override_for(loc: Sequence[int | str], overrides: Sequence[str]) -> str | N
     dotted = [str(p) for p in loc if p not in ("venv", "docker")]
     for item in reversed(list(overrides)):
         key = [p for p in item.partition("=")[0].strip().split(".") if p]
-        if key and dotted[: len(key)] == key:
+        if key and dotted and dotted[: len(key)] == key[: len(dotted)]:  # the field, its parent, or a child
             return item
     return None
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from forklift import paths
-from forklift.errors import RunError
+from forklift.errors import RunNameError
 from forklift.launch.model import Launch
 from forklift.plan.model import Plan, Unplanned
 from forklift.recipe.deployment import Deployment
@@ -130,7 +130,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 def validate_name(name: str) -> str:
     if not _NAME_RE.match(name):
-        raise RunError(
+        raise RunNameError(
             f"invalid run name {name!r}",
             fix="Use letters, digits, '.', '_' or '-', starting with a letter or digit (max 63 chars).",
         )

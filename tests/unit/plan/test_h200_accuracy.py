@@ -1,4 +1,4 @@
-"""KV tokens predicted from config + settings alone, against every H200 run in ../shared/calibration.
+"""KV tokens predicted from config + settings alone, against every H200 run in tests/data/calibration.
 
 The settings below are the runs' inputs (their non-default args); the expected token counts are read
 from the logs at test time. Tolerance: 1%.
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from forklift.plan import make
-from tests.helpers import SHARED
+from tests.helpers import CALIBRATION
 from tests.unit.plan.conftest import recipe_for
 
-CAL = SHARED / "calibration"
+CAL = CALIBRATION
 LLAMA = CAL / "llama8b-like.config.json"
 GLM = CAL / "glm45air-16L-like.config.json"
 

@@ -13,7 +13,7 @@ from forklift import recipe as recipes
 from forklift.model import bundled, configs_index
 from forklift.model.spec import from_config
 from forklift.plan import make
-from tests.helpers import SHARED, forklift
+from tests.helpers import CALIBRATION, forklift
 from tests.unit.plan.conftest import recipe_for
 
 KEYS = {"model", "fits", "kv_tokens", "max_concurrency", "decode_tok_s_single", "ranks", "advice"}
@@ -60,10 +60,10 @@ def test_advice_ladder_when_it_does_not_fit() -> None:
 
 
 def test_calibration_from_a_log_replaces_the_estimates(tmp_path: Path) -> None:
-    log = SHARED / "calibration" / "h200-glm45air16L-bf16.log"
+    log = CALIBRATION / "h200-glm45air16L-bf16.log"
     text = log.read_text()
     activation = float(re.search(r"([0-9.]+) GiB for peak activation", text).group(1))  # type: ignore[union-attr]
-    recipe = recipe_for(tmp_path, SHARED / "calibration" / "glm45air-16L-like.config.json", hardware="h200",
+    recipe = recipe_for(tmp_path, CALIBRATION / "glm45air-16L-like.config.json", hardware="h200",
                         max_model_len=16384, gpu_memory_utilization=0.9)
     before = make(recipe, vllm_version="0.26.0")
     from forklift.plan import calibrate_from_log
