@@ -20,7 +20,7 @@ Test knobs: ``rate`` (bytes/s per LFS response, so a transfer can be killed half
 served with one byte flipped while the listing keeps the true sha256), and a request log (``requests`` or a JSONL
 file) with the method, path, Range and whether a token came along (never the token itself).
 
-Run in a namespace: ``python -m tests.hubserver --bind IP --port P --repo org/name=DIR [--token T]``; it prints
+Run in a namespace: ``HUBSERVER_TOKEN=T python -m tests.hubserver --bind IP --port P --repo org/name=DIR``; it prints
 ``ready COMMIT`` per repo once listening.
 """
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -288,7 +289,8 @@ def main() -> None:
     ap.add_argument("--bind", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--repo", action="append", default=[], help="ORG/NAME=FOLDER")
-    ap.add_argument("--token")
+    ap.add_argument("--token", default=os.environ.get("HUBSERVER_TOKEN"), help="default: $HUBSERVER_TOKEN (keeps it "
+                    "out of argv, where tests look for leaks)")
     ap.add_argument("--rate", type=float)
     ap.add_argument("--corrupt", action="append", default=[])
     ap.add_argument("--log", type=Path)

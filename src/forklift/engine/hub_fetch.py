@@ -34,6 +34,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 _print_lock = threading.Lock()
 HASH_CHUNK = 8 << 20
+CHUNK = 1 << 20
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -169,6 +170,9 @@ class Fetcher:
 def _hub() -> Any:
     import huggingface_hub
 
+    constants = getattr(huggingface_hub, "constants", None)
+    if constants is not None and getattr(constants, "DOWNLOAD_CHUNK_SIZE", 0) > CHUNK:
+        constants.DOWNLOAD_CHUNK_SIZE = CHUNK  # http_get reads it per call: progress and resume every MiB, not 10
     return huggingface_hub
 
 
