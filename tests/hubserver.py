@@ -18,7 +18,7 @@ No Xet: tests set ``HF_HUB_DISABLE_XET=1`` and the server never sends ``X-Xet-*`
 
 Test knobs: ``rate`` (bytes/s per LFS response, so a transfer can be killed half way), ``corrupt`` (file names
 served with one byte flipped while the listing keeps the true sha256), and a request log (``requests`` or a JSONL
-file) with the method, path, Range and whether a token came along (never the token itself).
+file) with the method, path, Range, client address and whether a token came along (never the token itself).
 
 Run in a namespace: ``HUBSERVER_TOKEN=T python -m tests.hubserver --bind IP --port P --repo org/name=DIR``; it prints
 ``ready COMMIT`` per repo once listening.
@@ -167,7 +167,8 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
             path = unquote(urlparse(self.path).path)
             authed = self.headers.get("Authorization", "") == f"Bearer {server.token}" if server.token else None
             server.record({"method": self.command, "path": path, "range": self.headers.get("Range"),
-                           "auth": self.headers.get("Authorization") is not None, "t": time.time()})
+                           "auth": self.headers.get("Authorization") is not None, "client": self.client_address[0],
+                           "t": time.time()})
             if path.startswith("/cdn/"):
                 self._cdn(path[len("/cdn/"):], head)
                 return

@@ -112,14 +112,14 @@ def sync_cmd(
     report.raise_if_failed()
 
 
-def print_pull(report: PullReport) -> None:
-    console.print(f"{report.repo} @ {report.revision} = commit {report.commit}; "
-                  + ("each node pulled its own files" if report.mode == "each"
-                     else f"{report.via} pulled, then copied to the others"), highlight=False)
+def print_pull(report: PullReport, *, dry_run: bool) -> None:
+    how = ("each node pulls its own files" if report.mode == "each"
+           else f"{report.via} pulls, then copies to the others")
+    console.print(f"{report.repo} @ {report.revision} = commit {report.commit}; {how}", highlight=False)
     for n in report.nodes:
         head = f"{n.host:14} {n.dest} ({n.layout}): {len(n.files)} files, {_mb(n.bytes)}"
-        if n.error:
-            console.print(f"{head}; [red]failed[/]: {n.error}", highlight=False)
+        if dry_run or n.error:
+            console.print(f"{head} [dry run]" if dry_run else f"{head}; [red]failed[/]: {n.error}", highlight=False)
             continue
         got = f"from {n.via}" if n.via else f"downloaded {_mb(n.downloaded)}" + (
             f" in {n.seconds:.1f} s{_speed(n.mb_s)}" if n.seconds else "")
@@ -161,7 +161,7 @@ def pull_cmd(
     if json_out:
         print_json(report.to_json())
     else:
-        print_pull(report)
+        print_pull(report, dry_run=dry_run)
     report.raise_if_failed()
 
 

@@ -221,8 +221,12 @@ def sync_image(image: str, recipe: Recipe, runners: Mapping[int, Runner], *, opt
     """Bring every node of the recipe to the source's image ID for ``image``; one NodeImage per node."""
     opts = options or ImageOptions()
     holders = _holders(recipe, runners)
-    found = fan_out(((h.host, h) for h in holders), lambda h: image_id(h.runner, image))
-    ids = {h.host: found.results.get(h.host) for h in holders}
+    nodes = [h for h in holders if h.node is not None]
+    found = fan_out(((h.host, h) for h in nodes), lambda h: image_id(h.runner, image))
+    ids = {h.host: found.results.get(h.host) for h in nodes}
+    if len(holders) > len(nodes) and (opts.source == LOCAL or (opts.source is None and not any(ids.values()))):
+        ids[LOCAL] = image_id(holders[-1].runner, image)  # this machine, only when no node has it
+    holders = [h for h in holders if h.host in ids]
     src = _pick(holders, ids, image, opts.source)
     digest = ids[src.host]
     assert digest is not None

@@ -193,6 +193,7 @@ def pipe(src_runner: Runner, src_argv: Sequence[str], dst_runner: Runner, dst_ar
          what: str = "") -> int:
     """src_argv's stdout into dst_argv's stdin through this machine; the bytes moved. Raises TransferError
     naming the side that failed."""
+    moved = 0
     src = subprocess.Popen(stream_argv(src_runner, src_argv), stdout=subprocess.PIPE,  # noqa: S603 - argv lists
                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     dst = subprocess.Popen(stream_argv(dst_runner, dst_argv), stdin=subprocess.PIPE,  # noqa: S603
@@ -202,8 +203,8 @@ def pipe(src_runner: Runner, src_argv: Sequence[str], dst_runner: Runner, dst_ar
     except BrokenPipeError:
         moved = -1
     finally:
-        if cancel.is_set():
-            src.kill()
+        if cancel.is_set() or moved < 0:
+            src.kill()  # never drain the rest of a large stream into memory
         assert dst.stdin is not None
         with contextlib.suppress(BrokenPipeError):
             dst.stdin.close()
