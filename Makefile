@@ -14,9 +14,9 @@ install: $(VENV)/.installed system-packages
 
 # The cluster tests run real sshd (and a Docker daemon) in network namespaces and sync models with rsync (root only).
 system-packages:
-	@if [ "$$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/sbin/dockerd ] || ! command -v rsync >/dev/null || ! command -v ip >/dev/null; }; then \
+	@if [ "$$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/sbin/dockerd ] || [ ! -x /usr/bin/docker-registry ] || ! command -v rsync >/dev/null || ! command -v ip >/dev/null; }; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			openssh-server rsync iproute2 docker.io >/dev/null; \
+			openssh-server rsync iproute2 docker.io docker-registry >/dev/null; \
 	fi
 
 # Test inputs fetched once and cached: two published vLLM releases' sources for the patch tests (~50 MB).

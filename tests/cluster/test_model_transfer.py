@@ -36,6 +36,8 @@ REPO = Path(__file__).resolve().parents[2]
 TOKEN = "hf_cluster_secret_5e0b9d"
 HOSTS = ["node-a", "node-b", "node-c"]
 STAGE_SHARD = {i: shard_name(i + 2, 5) for i in range(3)}
+REGISTRY = "10.231.0.1:5000"
+REGISTRY_BIN = "/usr/bin/docker-registry"  # Debian's docker-registry (the distribution registry)
 
 
 @dataclass
@@ -282,7 +284,8 @@ def daemons(net: NetCluster) -> Iterator[list[dockerd.Daemon]]:
     try:
         for i, c in enumerate("abc"):
             (net.tmp / f"dk{c}").mkdir()
-            started.append(dockerd.start(net.nodes[i].ns, net.tmp / f"dk{c}", f"{tag}{c}"))
+            started.append(dockerd.start(net.nodes[i].ns, net.tmp / f"dk{c}", f"{tag}{c}",
+                                         extra_args=["--insecure-registry", REGISTRY]))
         yield started
     finally:
         for d in started:
@@ -349,3 +352,40 @@ def test_preflight_names_the_node_whose_image_digest_differs(net: NetCluster,
     assert _image_id(c, dockerd.IMAGE) == _image_id(a, dockerd.IMAGE)
     again = forklift(net, "up", recipe, "--name", "imgdigest", "--preflight-only")
     assert "image digest" not in again.stderr, again.stderr
+
+
+@pytest.fixture
+def registry(net: NetCluster) -> Iterator[str]:
+    if not Path(REGISTRY_BIN).is_file():
+        pytest.skip("needs Debian's docker-registry (apt-get install docker-registry)")
+    config = net.tmp / "registry.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {net.tmp / 'registry'}\n"
+                      f"http:\n  addr: {REGISTRY}\nlog:\n  level: error\n")
+    proc = subprocess.Popen(net.exec_argv(0, REGISTRY_BIN, "serve", str(config)), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not net.listening(0, 5000):
+        assert time.monotonic() < deadline and proc.poll() is None, "the registry did not start"
+        time.sleep(0.2)
+    try:
+        yield REGISTRY
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_image_through_a_registry(net: NetCluster, daemons: list[dockerd.Daemon], registry: str) -> None:
+    a, b, c = daemons
+    if _image_id(a, dockerd.IMAGE) is None:
+        dockerd.build_image(a)
+    for d in (b, c):
+        d.docker("image", "rm", "-f", dockerd.IMAGE, check=False)
+    res = forklift(net, "image", "sync", dockerd.IMAGE, str(_recipe(net, "image-reg")), "--registry", registry,
+                   "--json")
+    assert res.returncode == 0, res.stderr
+    nodes = {n["host"]: n for n in json.loads(res.stdout)["nodes"]}
+    assert [nodes[h]["method"] for h in HOSTS] == ["source", "registry", "registry"]
+    assert _image_id(b, dockerd.IMAGE) == _image_id(c, dockerd.IMAGE) == _image_id(a, dockerd.IMAGE)
+    again = forklift(net, "image", "sync", dockerd.IMAGE, str(_recipe(net, "image-reg")), "--registry", registry,
+                     "--json")
+    assert [n["method"] for n in json.loads(again.stdout)["nodes"]] == ["source", "skip", "skip"]
