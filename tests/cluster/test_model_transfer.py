@@ -48,7 +48,7 @@ class Hub:
     log: Path
 
     def requests(self) -> list[dict[str, object]]:
-        return [json.loads(line) for line in self.log.read_text().splitlines()]
+        return [json.loads(line) for line in self.log.read_text().splitlines()] if self.log.exists() else []
 
 
 @pytest.fixture(scope="module")

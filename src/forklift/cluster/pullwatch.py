@@ -34,6 +34,8 @@ class NodePull:
     seconds: float | None = None
     via: str | None = None
     """The node its files were copied from (when one node pulled, then fanned out)."""
+    xet: bool | None = None
+    """Whether the node's huggingface_hub can use hf_xet (files the Hub serves through Xet then go that way)."""
     error: str | None = None
 
     @property
@@ -57,6 +59,7 @@ def _apply(p: PullJob, event: dict[str, Any], rate: Rate, on_progress: ProgressF
     kind, item = event.get("event"), p.item
     if kind == "start":
         p.started = float(event.get("t", 0))
+        item.xet = bool(event.get("xet"))
     elif kind == "progress":
         done, total = int(event.get("done", 0)), int(event.get("total", item.bytes))
         on_progress(Progress(item.host, "pull", done, total, rate.update(done, float(event.get("t", 0)))))
