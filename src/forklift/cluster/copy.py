@@ -121,7 +121,7 @@ def compare(files: Sequence[str], have: Listing | None, ref: Listing, sums: Mapp
 
 def _wait_rsync(job: jobs.Job, target: Site, base: int, total: int, opts: CopyOptions,
                 cancel: threading.Event) -> None:
-    rate = Rate()
+    rate, t0 = Rate(), time.monotonic()
     while True:
         jobs.read(job)
         if job.exit_code is not None:
@@ -137,7 +137,7 @@ def _wait_rsync(job: jobs.Job, target: Site, base: int, total: int, opts: CopyOp
             break
         done = min(total, max(0, landed(target.runner, target.path) - base))
         opts.on_progress(Progress(target.host, "sync", done, total, rate.update(done)))
-        time.sleep(POLL_S)
+        time.sleep(0.2 if time.monotonic() - t0 < 2 else POLL_S)  # short copies are timed closely too
     if job.exit_code != 0:
         tail = " | ".join(line.strip() for line in job.text[-4:] if line.strip())[-400:]
         raise TransferError(f"{target.host}: rsync from {job.runner.host} exited {job.exit_code}: {tail}",
@@ -237,4 +237,6 @@ def copy_to(source: Site, target: Site, files: list[str], ref: Listing, opts: Co
         item.sent, have = bad, remote_listing(target.runner, target.path)
     item.seconds = round(time.monotonic() - t0, 3)
     item.transferred = max(0, landed(target.runner, target.path) - before)
+    opts.on_progress(Progress(target.host, "sync", item.transferred, item.transferred,
+                              item.transferred / item.seconds if item.seconds else 0.0))
     return item
