@@ -61,6 +61,7 @@ class NodeSync:
     transferred: int | None = None
     """Bytes that landed on the node (a resumed file counts only its rest)."""
     seconds: float | None = None
+    """How long the bytes took: rsync's own run (timed on the sending host) or the relay's streams."""
     sent: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     """Files that were there but wrong (size or sha256) and were sent again."""
@@ -178,17 +179,21 @@ def choose_method(source: Site, target: Site, opts: CopyOptions) -> tuple[str, s
 
 
 def _send(method: str, source: Site, target: Site, names: list[str], ref: Listing, have: Listing | None,
-          opts: CopyOptions, cancel: threading.Event) -> None:
+          opts: CopyOptions, cancel: threading.Event) -> float:
+    """Send names; the seconds the bytes took (rsync's own run on the sender's clock, or the relay's streams)."""
     target.runner.run(["mkdir", "-p", target.path], timeout=60).check()
     if method == "relay":
+        t0 = time.monotonic()
         _relay(source, target, names, ref, have, opts, cancel)
-        return
+        return time.monotonic() - t0
     base = landed(target.runner, target.path)
+    t0 = time.monotonic()
     job = start_rsync(source, target, names, node_ssh_config=opts.node_ssh_config, bwlimit_mb=opts.bwlimit_mb)
     try:
         _wait_rsync(job, target, base, sum(ref.sizes[f] for f in names), opts, cancel)
     finally:
         jobs.remove(job)
+    return job.duration if job.duration is not None else time.monotonic() - t0
 
 
 def _check(target: Site, files: Sequence[str], ref: Listing, sums: SumsFn | None, sent: Sequence[str],
@@ -223,9 +228,9 @@ def copy_to(source: Site, target: Site, files: list[str], ref: Listing, opts: Co
     if diff.wrong:
         target.runner.run(["rm", "-f", "--", *(f"{target.path}/{f}" for f in diff.wrong)], timeout=120).check()
         have = remote_listing(target.runner, target.path)
-    before, t0 = landed(target.runner, target.path), time.monotonic()
+    before, seconds = landed(target.runner, target.path), 0.0
     for attempt in range(2):
-        _send(item.method, source, target, item.sent, ref, have, opts, cancel)
+        seconds += _send(item.method, source, target, item.sent, ref, have, opts, cancel)
         bad = _check(target, files, ref, sums, item.sent, diff.partial if item.method == "relay" else [], source)
         if not bad:
             break
@@ -235,7 +240,7 @@ def copy_to(source: Site, target: Site, files: list[str], ref: Listing, opts: Co
         target.runner.run(["rm", "-f", "--", *(f"{target.path}/{f}" for f in bad)], timeout=120).check()
         item.repaired = sorted({*item.repaired, *bad})
         item.sent, have = bad, remote_listing(target.runner, target.path)
-    item.seconds = round(time.monotonic() - t0, 3)
+    item.seconds = round(seconds, 3)
     item.transferred = max(0, landed(target.runner, target.path) - before)
     opts.on_progress(Progress(target.host, "sync", item.transferred, item.transferred,
                               item.transferred / item.seconds if item.seconds else 0.0))

@@ -111,7 +111,8 @@ class Holder:
 
 
 def _node_to_node(src: Holder, dst: Holder, image: str, total: int, node_ssh_config: str | None,
-                  on_progress: ProgressFn, cancel: threading.Event) -> int:
+                  on_progress: ProgressFn, cancel: threading.Event) -> tuple[int, float | None]:
+    """docker save | dd | ssh TARGET docker load as a job on the source; (bytes, seconds on the source's clock)."""
     assert dst.node is not None
     addr, port = data_address(dst.node)
     folder = jobs.new_folder(src.runner, "image")
@@ -137,7 +138,7 @@ def _node_to_node(src: Holder, dst: Holder, image: str, total: int, node_ssh_con
                                 f"{job.exit_code}: {tail}", host=dst.host)
     finally:
         jobs.remove(job)
-    return moved
+    return moved, job.duration
 
 
 def _relay(src: Holder, dst: Holder, image: str, total: int, on_progress: ProgressFn,
@@ -198,17 +199,20 @@ def _one(src: Holder, dst: Holder, image: str, digest: str, total: int, opts: Im
     if item.before == digest:
         item.method, item.note = "skip", "already has this digest"
         return item
-    t0 = time.monotonic()
     if opts.registry:
-        item.method = "registry"
+        item.method, t0 = "registry", time.monotonic()
         _registry_pull(dst, image, registry_ref(opts.registry, image))
+        item.seconds = round(time.monotonic() - t0, 3)
     else:
         problem = route(src.runner, dst.runner, dst.node, opts.node_ssh_config)
         item.method = "node" if problem is None else "relay"
         item.note = "" if problem is None else f"{problem}: relayed through this machine"
-        item.bytes = (_node_to_node(src, dst, image, total, opts.node_ssh_config, opts.on_progress, cancel)
-                      if problem is None else _relay(src, dst, image, total, opts.on_progress, cancel))
-    item.seconds = round(time.monotonic() - t0, 3)
+        t0 = time.monotonic()
+        if problem is None:
+            item.bytes, took = _node_to_node(src, dst, image, total, opts.node_ssh_config, opts.on_progress, cancel)
+        else:
+            item.bytes, took = _relay(src, dst, image, total, opts.on_progress, cancel), None
+        item.seconds = round(took if took is not None else time.monotonic() - t0, 3)
     item.after = image_id(dst.runner, image)
     if item.after != digest:
         raise TransferError(f"{dst.host}: after loading, {image} is {item.after or 'missing'}, not {digest}",

@@ -20,6 +20,7 @@ from forklift.cluster import procs, remote
 from forklift.runner import LocalRunner, Runner
 
 EXIT_MARK = "forklift-job-exit"
+START_MARK = "forklift-job-start"
 
 
 @dataclass
@@ -43,8 +44,17 @@ class Job:
         """For a shell job started with ``with_exit_line``: the code it printed when it ended."""
         for line in reversed(self.text):
             if line.startswith(EXIT_MARK):
-                return int(line.split()[-1])
+                return int(line.split()[1])
         return None
+
+    @property
+    def duration(self) -> float | None:
+        """For a job started with ``with_exit_line``: seconds between its start and end lines (the host's clock)."""
+        marks = {line.split()[0]: line.split()[-1] for line in self.text if line.startswith((START_MARK, EXIT_MARK))}
+        try:
+            return max(0.0, float(marks[EXIT_MARK]) - float(marks[START_MARK]))
+        except (KeyError, ValueError):
+            return None
 
 
 def home_of(runner: Runner) -> str:
@@ -60,8 +70,10 @@ def new_folder(runner: Runner, kind: str, home: str | None = None) -> str:
 
 
 def with_exit_line(argv: Sequence[str]) -> list[str]:
-    """argv run by ``sh``, then a last log line with its exit code (read back by ``Job.exit_code``)."""
-    return ["sh", "-c", f'"$@"; echo "{EXIT_MARK} $?"', "sh", *argv]
+    """argv run by ``sh`` between a start line and a last line with its exit code, both timestamped (read back by
+    ``Job.exit_code`` and ``Job.duration``)."""
+    script = f'echo "{START_MARK} $(date +%s.%N)"; "$@"; rc=$?; echo "{EXIT_MARK} $rc $(date +%s.%N)"'
+    return ["sh", "-c", script, "sh", *argv]
 
 
 def start(runner: Runner, folder: str, argv: Sequence[str], *, files: Mapping[str, str] | None = None,

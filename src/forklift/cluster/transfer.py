@@ -117,11 +117,13 @@ def node_ssh_argv(config: str | None, port: int | None) -> list[str]:
 def node_ssh_problem(src: Runner, target: Node, config: str | None) -> str | None:
     """None when ``src``'s host can ssh to ``target`` over the data network without a password; else why not."""
     addr, port = data_address(target)
-    res = src.run([*node_ssh_argv(config, port), addr, "true"], timeout=NODE_SSH_TIMEOUT_S + 20)
-    if res.ok:
+    # the inner ssh's status goes to stdout: its own 255 must not read as "src is unreachable"
+    probe = ["sh", "-c", '"$@" </dev/null; echo "node-ssh-exit $?"', "sh", *node_ssh_argv(config, port), addr, "true"]
+    res = src.run(probe, timeout=NODE_SSH_TIMEOUT_S + 20)
+    if res.ok and res.stdout.strip().endswith("node-ssh-exit 0"):
         return None
     tail = " ".join(res.stderr.strip().splitlines()[-2:])[-200:]
-    return f"ssh from {src.host} to {addr} failed ({tail or f'exit {res.returncode}'})"
+    return f"ssh from {src.host} to {addr} failed ({tail or res.stdout.strip()[-40:] or f'exit {res.returncode}'})"
 
 
 def route(src_runner: Runner, dst_runner: Runner, dst_node: Node | None, config: str | None) -> str | None:

@@ -54,10 +54,13 @@ def test_route_never_sends_a_node_to_itself_through_localhost() -> None:
     assert route(LocalRunner(), node, Node(host="b", ssh="b"), None) == "the source is this machine"
     assert route(node, LocalRunner(), Node(), None) == "the target is this machine"
     assert node.calls == []
-    refused = FakeRunner("a").on(["ssh"], returncode=255, stderr="Permission denied (publickey).")
+    # the inner ssh fails with 255 while the outer session is fine: a routing answer, not "node a is down"
+    refused = FakeRunner("a").on(["sh", "-c"], stdout="node-ssh-exit 255\n", stderr="Permission denied (publickey).")
     problem = route(refused, FakeRunner("b"), Node(host="b", ssh="root@b", data_ip="10.0.0.2"), "/etc/fl_ssh")
     assert problem is not None and "root@10.0.0.2" in problem and "Permission denied" in problem
     assert refused.calls[0].argv[-2:] == ("root@10.0.0.2", "true") and "/etc/fl_ssh" in refused.calls[0].argv
+    works = FakeRunner("a").on(["sh", "-c"], stdout="node-ssh-exit 0\n")
+    assert route(works, FakeRunner("b"), Node(host="b", ssh="root@b", data_ip="10.0.0.2"), None) is None
 
 
 def test_registry_ref_drops_the_images_own_registry() -> None:
