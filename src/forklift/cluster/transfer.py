@@ -210,6 +210,7 @@ def pipe(src_runner: Runner, src_argv: Sequence[str], dst_runner: Runner, dst_ar
         assert dst.stdin is not None
         with contextlib.suppress(BrokenPipeError):
             dst.stdin.close()
+        dst.stdin = None  # closed here: communicate() must not flush it again
         _, src_err = src.communicate(timeout=600)
         _, dst_err = dst.communicate(timeout=600)
     if cancel.is_set():

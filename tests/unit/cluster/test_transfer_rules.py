@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from pathlib import Path
+
+import pytest
 
 from forklift import recipe as recipes
 from forklift.cluster.copy import compare
 from forklift.cluster.images import registry_ref
 from forklift.cluster.modelfiles import Listing, hub_cache, model_pin
 from forklift.cluster.preflight import run_preflight
-from forklift.cluster.transfer import data_address, route
+from forklift.cluster.transfer import data_address, pipe, route
+from forklift.errors import TransferError
 from forklift.recipe.schema import Node
 from forklift.runner import FakeRunner, LocalRunner
 
@@ -108,3 +112,16 @@ def test_preflight_names_the_node_whose_image_digest_differs() -> None:
     assert [c.status for c in report.checks if c.id == "runtime"] == ["ok", "ok", "ok"]  # mounts with '~' work
     runners[2] = _docker_node("c", same)
     assert not [c for c in run_preflight(r, runners, {0: "/m", 1: "/m", 2: "/m"}).checks if c.id == "image digest"]
+
+
+def test_pipe_continues_a_file_and_names_the_side_that_failed(tmp_path: Path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.write_bytes(bytes(range(256)) * 4000)
+    dst.write_bytes(src.read_bytes()[:300_000])  # what an interrupted relay left
+    seen: list[int] = []
+    moved = pipe(LocalRunner(), ["tail", "-c", "+300001", str(src)], LocalRunner(),
+                 ["sh", "-c", 'cat >> "$1"', "sh", str(dst)], on_bytes=seen.append, cancel=threading.Event())
+    assert moved == sum(seen) == 1_024_000 - 300_000 and dst.read_bytes() == src.read_bytes()
+    with pytest.raises(TransferError, match="reading on localhost"):
+        pipe(LocalRunner(), ["tail", "-c", "+1", str(tmp_path / "absent")], LocalRunner(),
+             ["sh", "-c", "cat >/dev/null"], on_bytes=seen.append, cancel=threading.Event())
