@@ -1,11 +1,12 @@
 #!/bin/bash
 # Runs ON THE DEVICE (nvidia-h200-x2, after or while staging: device_stage.sh runs first, so the call that carries
 # the last chunk can start the grid). Boots every point of scripts/gpu/grid/points.json with plain
-# `vllm serve MODEL --load-format dummy` (two single-GPU points at a time, one per GPU; a TP=2 point alone),
+# `vllm serve MODEL --load-format dummy` (one point per free GPU set: TP=k takes k GPUs; x4 runs two TP=2 at once),
 # stops each server right after its KV sizing and CUDA-graph capture lines ("init engine ... took"), keeps every
 # log, and packs them all into ONE tarball $OUT/grid-TAG.tar.gz plus $OUT/grid-TAG.txt (one line per point).
 # Finished points are remembered in $HOME/grid/done, so the next call on the same warm machine resumes; on a
-# fresh machine pass the remaining ids (ONLY=p12,p13) or the first one (FROM=p12).
+# fresh machine pass the remaining ids (ONLY=p12,p13: run in that order) or the first one (FROM=p12). Each point
+# also leaves ID-MODEL.mem.tsv (host memory of its process tree, once a second) in the tarball.
 #
 # Usage: [TAG=a] [BUDGET=s] [ONLY=p01,p02] [FROM=p09] [REDO=1] bash scripts/gpu/device_grid.sh
 # A call may run at most 600 s: the budget defaults to 565 s minus the staging time of this call; a point is not

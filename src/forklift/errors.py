@@ -78,6 +78,16 @@ class DoesNotFitError(PlanError):
     """The model plus one max_model_len request does not fit in the planned memory."""
 
 
+class SpeculativeConfigError(PlanError):
+    """A speculative config that vLLM rejects, or that breaks, with this layout and release (before any start).
+
+    ``findings`` are the rules that refused it (``forklift.speculative.rules.Finding``), each with its source."""
+
+    def __init__(self, message: str, *, fix: str | None = None, findings: Sequence[object] = ()) -> None:
+        self.findings = list(findings)
+        super().__init__(message, fix=fix)
+
+
 class EngineError(ForkliftError):
     """The vLLM engine is missing, broken, or failed."""
 
@@ -197,6 +207,19 @@ class CheckError(ForkliftError):
 
 class BenchError(ForkliftError):
     """A benchmark could not run at all (exit 2; a run cut short by a dying server exits 3)."""
+
+    exit_code = 2
+
+
+class CompareError(ForkliftError):
+    """Two saved results cannot be read or compared (exit 2)."""
+
+    exit_code = 2
+
+
+class CanaryError(ForkliftError):
+    """A canary could not run at all: no baseline run, no saved results, nowhere to put the candidate (exit 2).
+    A candidate that regresses or breaks is a verdict, not this error."""
 
     exit_code = 2
 

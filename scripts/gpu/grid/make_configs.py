@@ -10,6 +10,9 @@ Shapes come from (research notes: /work/scratch/planner/configs/SOURCES.md and k
   gptoss-8L       gpt-oss-120b (published config.json), 8 layers, MXFP4 experts
   minimaxm2-6L    MiniMax-M2 (transformers MiniMaxM2Config defaults; not verified as the M2 release), 6 layers
   kimilinear-8L   Kimi-Linear-48B-A3B (transformers KimiLinearConfig defaults), 8 layers = 6 KDA + 2 MLA
+Layer-scaling variants (round 2, VARIANTS below): glm47-6L with 12 or 24 layers (same per-layer shapes, vocab 49152),
+and glm47-24L with GLM-4.7's own vocab 151552 (embedding, lm_head, logits and sampler at the real size; the model's
+vocab may exceed the tokenizer's: nothing is detokenized before the grid stops the server).
 """
 
 import json
@@ -100,9 +103,18 @@ CONFIGS = {
     },
 }
 
+# name: (base, overrides applied after TOK)
+VARIANTS = {
+    "glm47-12L": ("glm47-6L", {"num_hidden_layers": 12}),
+    "glm47-24L": ("glm47-6L", {"num_hidden_layers": 24}),
+    "glm47-24L-v151k": ("glm47-6L", {"num_hidden_layers": 24, "vocab_size": 151552}),
+}
+
 if __name__ == "__main__":
     out = Path(__file__).parent / "models"
     out.mkdir(exist_ok=True)
-    for name, cfg in CONFIGS.items():
-        (out / f"{name}.config.json").write_text(json.dumps({**cfg, **TOK}, indent=1) + "\n")
+    full = {name: {**cfg, **TOK} for name, cfg in CONFIGS.items()}
+    full |= {name: {**full[base], **extra} for name, (base, extra) in VARIANTS.items()}
+    for name, cfg in full.items():
+        (out / f"{name}.config.json").write_text(json.dumps(cfg, indent=1) + "\n")
         print(out / f"{name}.config.json")

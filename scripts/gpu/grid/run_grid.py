@@ -3,13 +3,17 @@
 Each point of points.json boots plain `vllm serve MODEL --load-format dummy` with the point's settings, keeps the
 whole log, and stops the server as soon as the engine reports `init engine (profile, create kv cache, warmup
 model) took` (after the KV sizing and the CUDA-graph capture lines), or when it exits (a point that does not fit
-exits with vLLM's own error). Two lanes, one GPU each, pull single-GPU points from the queue; a TP=2 point waits
-for both GPUs. A point is not started when less than --min-start seconds of the call's budget are left; running
+exits with vLLM's own error). One lane per GPU of the machine (nvidia-smi -L; GRID_GPUS=N overrides): a point with
+TP=k waits for k free GPUs, so nvidia-h200-x4 runs two TP=2 points at once. While a point runs, its process tree's
+anonymous host memory (RssAnon summed over the session) and the host's MemAvailable are sampled once a second into
+ID-MODEL.mem.tsv with the last startup milestone reached (on a unified-memory GPU vLLM counts that growth as
+non-torch memory). A point is not started when less than --min-start seconds of the call's budget are left; running
 points are stopped at the deadline and marked "cut". Logs stay in $HOME/grid/logs (so a later call on the same
 warm machine skips finished points) and every call packs all of them into ONE tarball under $OUT with a
 one-line-per-point summary.
 
-    python3 scripts/gpu/grid/run_grid.py --out "$OUT" --budget 560 [--only p01,p09] [--from p09] [--redo]
+    python3 scripts/gpu/grid/run_grid.py --out "$OUT" --budget 560 [--only p23,p24] [--from p09] [--redo]
+    (--only runs the listed points in the listed order, finished or not)
     python3 scripts/gpu/grid/run_grid.py --dry        # print the commands (no GPU needed)
 """
 
@@ -52,6 +56,44 @@ SUMMARY_RES = {
     "need": re.compile(r"\(([0-9.]+) GiB KV cache is needed"),
     "maxlen": re.compile(r"estimated maximum model length is ([0-9]+)"),
 }
+MILESTONES = [("load", "Model loading took"), ("compiled", "torch.compile took"),
+              ("profiled", "Initial profiling/warmup run took"), ("cg_est", "Estimated CUDA graph memory"),
+              ("kv", "Available KV cache memory"), ("captured", "Graph capturing finished"), ("done", "init engine")]
+
+
+def gpu_count() -> int:
+    if os.environ.get("GRID_GPUS"):
+        return int(os.environ["GRID_GPUS"])
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 2
+    return max(1, sum(1 for ln in out.splitlines() if ln.startswith("GPU ")))
+
+
+def session_rss_anon_kib(sid: int) -> int:
+    """RssAnon summed over every process of session sid (the server, its engine and workers, compile workers)."""
+    total = 0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[3]) != sid:
+                continue
+            for ln in (d / "status").read_text().splitlines():
+                if ln.startswith("RssAnon:"):
+                    total += int(ln.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def mem_available_kib() -> int:
+    for ln in Path("/proc/meminfo").read_text().splitlines():
+        if ln.startswith("MemAvailable:"):
+            return int(ln.split()[1])
+    return -1
 
 
 def log(msg: str) -> None:
@@ -103,12 +145,26 @@ class Run:
         self.proc = subprocess.Popen(argv, stdout=self.fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=env, start_new_session=True)
         self.status = ""
+        self.phase, self.seen = -1, 0
+        self.mem = (HOME / "logs" / f"{point['id']}-{point['model']}.mem.tsv").open("w")
+        self.mem.write("# t_epoch\tt_rel_s\trss_anon_mib\tmem_available_mib\tphase (last milestone in the log)\n")
+
+    def sample(self, text: str) -> None:
+        new = text[self.seen:]
+        self.phase = max([self.phase] + [i for i, (_, marker) in enumerate(MILESTONES) if marker in new])
+        self.seen = max(0, len(text) - 200)
+        now = time.time()
+        name = MILESTONES[self.phase][0] if self.phase >= 0 else "start"
+        self.mem.write(f"{now:.1f}\t{now - self.t0:.1f}\t{session_rss_anon_kib(self.proc.pid) / 1024:.0f}\t"
+                       f"{mem_available_kib() / 1024:.0f}\t{name}\n")
+        self.mem.flush()
 
     def poll(self) -> bool:
         """True when finished (sizing done, exited, or past its own limit)."""
         if self.status:
             return True
         text = self.log.read_text(errors="replace")
+        self.sample(text)
         if DONE_RE.search(text):
             time.sleep(2)
             self.stop("ok")
@@ -133,6 +189,7 @@ class Run:
                 if self.proc.poll() is not None:
                     break
         self.fh.close()
+        self.mem.close()
         wait_gpus_free(self.gpus, 40)
         self.seconds = time.time() - self.t0
         if status != "cut":  # a cut point runs again in the next call
@@ -173,7 +230,7 @@ def pack(out: Path, tag: str, lines: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"grid-{tag}.txt").write_text("\n".join(lines) + "\n")
     with tarfile.open(out / f"grid-{tag}.tar.gz", "w:gz") as tar:
-        for f in sorted((HOME / "logs").glob("*.log")):
+        for f in sorted([*(HOME / "logs").glob("*.log"), *(HOME / "logs").glob("*.mem.tsv")]):
             tar.add(f, arcname=f"h200-grid/{f.name}")
         tar.add(out / f"grid-{tag}.txt", arcname=f"h200-grid/summary-{tag}.txt")
         tar.add(HERE / "points.json", arcname="h200-grid/points.json")
@@ -182,8 +239,11 @@ def pack(out: Path, tag: str, lines: list[str]) -> None:
 def select(points: list[dict], args: argparse.Namespace) -> list[dict]:
     ids = [p["id"] for p in points]
     if args.only:
-        wanted = args.only.split(",")
-        return [p for p in points if p["id"] in wanted]
+        by_id = {p["id"]: p for p in points}
+        unknown = [i for i in args.only.split(",") if i not in by_id]
+        if unknown:
+            raise SystemExit(f"--only: no such point(s): {','.join(unknown)}")
+        return [by_id[i] for i in args.only.split(",")]
     if args.from_:
         points = points[ids.index(args.from_):]
     if not args.redo:
@@ -213,7 +273,9 @@ def main() -> int:
         return 0
     (HOME / "logs").mkdir(parents=True, exist_ok=True)
     queue = select(points, args)
-    log(f"{len(queue)} point(s) to run: {' '.join(p['id'] for p in queue)}; budget {args.budget:.0f} s")
+    gpus_all = list(range(gpu_count()))
+    log(f"{len(queue)} point(s) to run: {' '.join(p['id'] for p in queue)}; {len(gpus_all)} GPU(s); "
+        f"budget {args.budget:.0f} s")
     running: list[Run] = []
     lines: list[str] = []
     while queue or running:
@@ -226,16 +288,18 @@ def main() -> int:
                 lines.append(run.summary())
                 log(lines[-1])
         left = args.budget - (time.time() - start)
-        free = [g for g in (0, 1) if not any(g in r.gpus for r in running)]
-        if queue and left >= args.min_start:
-            nxt = queue[0]
+        free = [g for g in gpus_all if not any(g in r.gpus for r in running)]
+        while queue and left >= args.min_start and len(free) >= queue[0].get("tp", 1):
+            nxt = queue.pop(0)
             need = nxt.get("tp", 1)
-            if len(free) >= need:
-                queue.pop(0)
-                gpus = free[:need]
-                running.append(Run(nxt, gpus, 8000 + gpus[0]))
-                log(f"start {nxt['id']} {nxt['model']} tp{need} on GPU {gpus} ({left:.0f} s left)")
-        elif queue and not running:
+            gpus, free = free[:need], free[need:]
+            running.append(Run(nxt, gpus, 8000 + gpus[0]))
+            log(f"start {nxt['id']} {nxt['model']} tp{need} on GPU {gpus} ({left:.0f} s left)")
+        if queue and queue[0].get("tp", 1) > len(gpus_all):
+            skipped = queue.pop(0)
+            lines.append(f"{skipped['id']} {skipped['set']} {skipped['model']} tp{skipped.get('tp', 1)} not-run "
+                         f"(needs more GPUs than {len(gpus_all)})")
+        if queue and not running and left < args.min_start:
             break
         time.sleep(1)
     for p in queue:

@@ -11,10 +11,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from forklift.cli.common import JsonOpt, RecipeArg, SetOpt, console, print_json
 from forklift.cli.progress import node_bars
 from forklift.cluster.copy import CopyOptions
-from forklift.cluster.hosts import runners_for
 from forklift.cluster.pull import PullReport, pull
 from forklift.cluster.sync import SyncReport, sync
 from forklift.errors import HubError, ModelError, ModelNotFoundError
+from forklift.launch.hosts import runners_for
 from forklift.model import bundled
 from forklift.model.resolve import local_path
 from forklift.recipe import resolve

@@ -7,7 +7,6 @@ and the listing of a remote host through a Runner.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -19,8 +18,9 @@ from forklift.plan.layout import node_layer_ranges
 from forklift.recipe.schema import Recipe
 from forklift.runner import Runner
 
-__all__ = ["HASHED", "INDEX", "Listing", "cache_repo_dir", "hub_cache", "index_map", "local_listing",
-           "model_pin", "needed_files", "num_layers", "read_json", "remote_listing", "selection", "snapshot_dir"]
+__all__ = ["HASHED", "INDEX", "Listing", "cache_repo_dir", "hub_cache", "hub_snapshot", "index_map",
+           "local_listing", "needed_files", "num_layers", "pulled_commit", "read_json", "remote_listing", "selection",
+           "snapshot_dir"]
 
 
 def remote_listing(runner: Runner, path: str, *, timeout: float = 60, hashes: bool = True) -> Listing | None:
@@ -69,6 +69,11 @@ def cache_repo_dir(cache: str, repo_id: str) -> str:
     return f"{cache.rstrip('/')}/models--{repo_id.replace('/', '--')}"
 
 
+def hub_snapshot(runner: Runner, repo_id: str, revision: str | None, hf_home: str) -> str | None:
+    """``snapshot_dir`` in ``HF_HOME/hub``."""
+    return snapshot_dir(runner, repo_id, revision, f"{hf_home.rstrip('/')}/hub")
+
+
 def snapshot_dir(runner: Runner, repo_id: str, revision: str | None, cache: str) -> str | None:
     """The snapshot folder of a hub id in a host's hub cache, or None when that revision is not there. Read
     through the Runner, so it works for any node (and for a container's mount)."""
@@ -115,20 +120,16 @@ def index_map(index: Mapping[str, Any] | None) -> dict[str, str] | None:
 _SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})/?$")
 
 
-def model_pin(runner: Runner, path: str) -> str | None:
-    """What exactly the weights at path on the host are: the Hub commit (a snapshot folder's name, or the
-    ``.forklift/source.json`` that ``model pull`` leaves in a model directory), else ``sha256:`` over the sha256
-    of config.json and the safetensors index; None when neither file is there."""
+def pulled_commit(runner: Runner, path: str) -> str | None:
+    """The Hub commit of the weights at path on the host: a snapshot folder's name, or the one in the
+    ``.forklift/source.json`` that ``model pull`` leaves in a model directory; None when neither says."""
     m = _SNAPSHOT_RE.search(path)
     if m:
         return m.group(1)
     pin = read_json(runner, f"{path}/.forklift/source.json")
     if isinstance(pin, dict) and re.fullmatch(r"[0-9a-f]{40}", str(pin.get("commit", ""))):
         return str(pin["commit"])
-    listing = remote_listing(runner, path)
-    if listing is None or not listing.hashes:
-        return None
-    return "sha256:" + hashlib.sha256("".join(listing.hashes.get(n, "") for n in HASHED).encode()).hexdigest()
+    return None
 
 
 def read_json(runner: Runner, path: str, *, timeout: float = 60) -> Any:

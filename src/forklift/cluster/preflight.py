@@ -17,6 +17,7 @@ from forklift.cluster.modelfiles import HASHED, Listing, needed_files, remote_li
 from forklift.cluster.procs import port_holder
 from forklift.errors import EngineNotInstalledError, ForkliftError, PreflightError, RunnerError
 from forklift.launch.render import expand_home, python_for
+from forklift.net.preflight import link_checks
 from forklift.recipe.schema import DockerRuntime, Recipe
 from forklift.results import CheckResult, Status
 from forklift.runner import Runner
@@ -117,7 +118,7 @@ def _runtime_version(recipe: Recipe, runner: Runner) -> tuple[str, str | None]:
                                           fix=f"Pull it there first: `docker pull {rt.image}`, or copy it from a "
                                           f"node that has it: `forklift image sync {rt.image} "
                                           f"{recipe.name or 'RECIPE'}`.")
-        home: str = remote.home_dir(runner) if any(m.host.startswith("~") for m in rt.mounts) else "~"
+        home = remote.home_dir(runner) if any(m.host.startswith("~") for m in rt.mounts) else "~"
         mounts = [arg for m in rt.mounts for arg in  # the recipe's mounts may carry the Python
                   ("-v", f"{expand_home(m.host, home)}:{m.container}" + (":ro" if m.read_only else ""))]
         probe = runner.run(["docker", "run", "--rm", *mounts, "--entrypoint", rt.python, rt.image, "-c", PROBE],
@@ -275,6 +276,7 @@ def run_preflight(recipe: Recipe, runners: Mapping[int, Runner], paths: Mapping[
     report.checks.extend(_version_checks(recipe, facts))
     report.checks.extend(_image_checks(recipe, facts))
     report.image_digests = {recipe.nodes[i].host: f.image_id for i, f in facts.items() if f.image_id}
+    report.checks.extend(link_checks(recipe, {i: r for i, r in runners.items() if i in facts}))
     report.versions = {recipe.nodes[i].host: f.version for i, f in facts.items() if f.version}
     report.gpu_baseline_mib = {recipe.nodes[i].host: f.gpu_used_mib for i, f in facts.items() if f.gpu_used_mib}
     return report

@@ -32,12 +32,12 @@ from typing import Any
 
 from forklift.cluster import jobs
 from forklift.cluster.copy import CopyOptions, NodeSync, copy_to
-from forklift.cluster.hosts import runners_for
 from forklift.cluster.modelfiles import INDEX, Listing, cache_repo_dir, index_map, selection
 from forklift.cluster.pullwatch import NodePull, PullJob, watch
 from forklift.cluster.sync import SyncReport, node_hub_cache, parallel
 from forklift.cluster.transfer import ProgressFn, Site, no_progress
 from forklift.errors import HubError, TransferError
+from forklift.launch.hosts import runners_for
 from forklift.launch.render import model_paths
 from forklift.model import hub
 from forklift.model.hub import HubSnapshot

@@ -3,7 +3,6 @@ Hugging Face cache is, the data-network address, the registry name, the pins, an
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 from forklift import recipe as recipes
 from forklift.cluster.copy import compare
 from forklift.cluster.images import registry_ref
-from forklift.cluster.modelfiles import Listing, hub_cache, model_pin
+from forklift.cluster.modelfiles import Listing, hub_cache, pulled_commit
 from forklift.cluster.preflight import run_preflight
 from forklift.cluster.transfer import data_address, pipe, route
 from forklift.errors import TransferError
@@ -74,22 +73,17 @@ def test_registry_ref_drops_the_images_own_registry() -> None:
     assert registry_ref("reg:5000", "img:1") == "reg:5000/img:1"
 
 
-def test_model_pin_prefers_the_hub_commit(tmp_path: Path) -> None:
+def test_pulled_commit_comes_from_the_snapshot_or_the_pull_pin(tmp_path: Path) -> None:
     commit = "ab" * 20
     local = LocalRunner()
-    assert model_pin(local, f"/x/hub/models--o--n/snapshots/{commit}") == commit
+    assert pulled_commit(local, f"/x/hub/models--o--n/snapshots/{commit}") == commit
     pulled = tmp_path / "pulled"
     (pulled / ".forklift").mkdir(parents=True)
     (pulled / ".forklift" / "source.json").write_text(json.dumps({"repo": "o/n", "commit": commit}))
-    assert model_pin(local, str(pulled)) == commit
-    copied = tmp_path / "copied"
-    copied.mkdir()
-    (copied / "config.json").write_text('{"a": 1}')
-    (copied / "model.safetensors.index.json").write_text('{"weight_map": {}}')
-    parts = [hashlib.sha256((copied / n).read_bytes()).hexdigest()
-             for n in ("config.json", "model.safetensors.index.json")]
-    assert model_pin(local, str(copied)) == "sha256:" + hashlib.sha256("".join(parts).encode()).hexdigest()
-    assert model_pin(local, str(tmp_path / "absent")) is None
+    assert pulled_commit(local, str(pulled)) == commit
+    (tmp_path / "copied").mkdir()
+    assert pulled_commit(local, str(tmp_path / "copied")) is None
+    assert pulled_commit(local, str(tmp_path / "absent")) is None
 
 
 def _docker_node(host: str, image_id: str) -> FakeRunner:

@@ -1,10 +1,9 @@
 """`up` writes what exactly it started into the run record's pins: the Hub commit that `model pull` left with
-the head's weights (else sha256 of config.json + index). The nodes are this machine under other names (HostSim)
+the head's weights (else a content hash, cluster/pins.py). The nodes are this machine under other names (HostSim)
 and the engine a fake that dies at once, so the record is written and nothing keeps running."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import socket
 from collections.abc import Iterator
@@ -48,8 +47,7 @@ def test_the_pulled_commit_is_pinned(tmp_path: Path, port: int) -> None:
     assert _start(tmp_path, port).pins.model_revision == COMMIT
 
 
-def test_without_a_pull_the_pin_is_the_config_hash(tmp_path: Path, port: int) -> None:
+def test_without_a_pull_the_pin_is_a_content_hash(tmp_path: Path, port: int) -> None:
     record = _start(tmp_path, port)
-    config = hashlib.sha256((tmp_path / "model" / "config.json").read_bytes()).hexdigest()
-    assert record.pins.model_revision == "sha256:" + hashlib.sha256(config.encode()).hexdigest()  # no index here
+    assert (record.pins.model_revision or "").startswith("sha256:")
     assert record.pins.image is None and record.pins.image_digest is None  # venv runtime
