@@ -18,9 +18,9 @@ install: $(VENV)/.installed system-packages
 # The cluster tests run real sshd (and a Docker daemon) in network namespaces and sync models with rsync; the
 # `forklift net` tests shape links with tc, block a port with nftables and measure with iperf3 (root only).
 system-packages:
-	@if [ "$$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/sbin/dockerd ] || ! command -v rsync >/dev/null || ! command -v ip >/dev/null || ! command -v iperf3 >/dev/null || ! command -v nft >/dev/null; }; then \
+	@if [ "$$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/sbin/dockerd ] || ! command -v rsync >/dev/null || ! command -v ip >/dev/null || ! command -v iperf3 >/dev/null || ! command -v nft >/dev/null || [ ! -x /usr/bin/docker-registry ]; }; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			openssh-server rsync iproute2 docker.io iperf3 nftables >/dev/null; \
+			openssh-server rsync iproute2 docker.io iperf3 nftables docker-registry >/dev/null; \
 	fi
 
 # Test inputs fetched once and cached: two published vLLM releases' sources for the patch tests (~50 MB), and

@@ -50,6 +50,18 @@ class ModelNotFoundError(ModelError):
     """A model path or id that does not resolve to files on disk."""
 
 
+class HubError(ModelError):
+    """The Hugging Face Hub (or HF_ENDPOINT's mirror) refused a request or could not be read."""
+
+
+class TransferError(ForkliftError):
+    """Copying weights or an image to a node failed, or what arrived does not match its source."""
+
+    def __init__(self, message: str, *, host: str | None = None, fix: str | None = None) -> None:
+        self.host = host
+        super().__init__(message, fix=fix)
+
+
 class UnknownArchitectureError(ModelError):
     """A config.json the planner cannot describe."""
 

@@ -4,7 +4,8 @@
   names (or a ``+g<sha>`` local version), and pip's ``direct_url.json`` (a git URL and commit, a local wheel)
   when the distribution has one. Read from files, never by importing vLLM (which takes seconds).
 - docker: the image's id (``docker image inspect --format {{.Id}}``) on every node; differing ids are named.
-- model revision: the hub commit (from the recipe, or the node's Hugging Face cache refs) for a hub id, else
+- model revision: the hub commit (the one ``model pull`` left with the files, the recipe's, or the node's Hugging
+  Face cache refs) for a hub id, else
   ``sha256:`` of config.json, the safetensors index and the list of weight files with their sizes.
 - recipe hash: sha256 of the resolved recipe's JSON (keys sorted); patches with the hashes of their files.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forklift import __version__
-from forklift.cluster.modelfiles import hub_snapshot
+from forklift.cluster.modelfiles import hub_snapshot, pulled_commit
 from forklift.launch.model import Launch
 from forklift.launch.render import expand_home, python_for
 from forklift.patches import recipes as recipe_patches
@@ -136,7 +137,10 @@ def recipe_hash(recipe: Recipe) -> str:
 def model_revision(recipe: Recipe, runner: Runner, model_path: str | None, hf_home: str) -> str | None:
     """Hub commit for a hub id (the recipe's, or the node's cache refs); else a hash of what identifies the files."""
     model = recipe.model
-    if model.is_hub_id and model.path is None:
+    pulled = pulled_commit(runner, model_path) if model_path is not None else None
+    if pulled:  # `forklift model pull` left the commit with the files
+        return pulled
+    if model.is_hub_id and model_path is None:
         if model.revision and re.fullmatch(r"[0-9a-f]{40}", model.revision):
             return model.revision
         snapshot = hub_snapshot(runner, model.source, model.revision, hf_home)

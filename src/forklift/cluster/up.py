@@ -19,7 +19,7 @@ from typing import Any
 
 from forklift import speculative
 from forklift.cluster import procs
-from forklift.cluster.modelfiles import hub_snapshot, local_listing
+from forklift.cluster.modelfiles import cache_repo_dir, hub_cache, local_listing, snapshot_dir
 from forklift.cluster.pins import collect as collect_pins
 from forklift.cluster.preflight import PreflightReport, run_preflight
 from forklift.cluster.ready import FAIL_GRACE_S, wait_ready
@@ -121,9 +121,9 @@ def _node_model_paths(recipe: Recipe, launch: Launch, runners: Mapping[int, Runn
             out[rl.node_index] = rl.model_path
             continue
         env = {**recipe.env, **recipe.nodes[rl.node_index].env}
-        hf_home = env.get("HF_HOME", f"{paths[rl.node_index].home}/.cache/huggingface")
-        found = hub_snapshot(runners[rl.node_index], recipe.model.source, recipe.model.revision, hf_home)
-        out[rl.node_index] = found or f"{hf_home}/hub/models--{recipe.model.source.replace('/', '--')}"
+        cache = hub_cache(runners[rl.node_index], env, paths[rl.node_index].home)
+        found = snapshot_dir(runners[rl.node_index], recipe.model.source, recipe.model.revision, cache)
+        out[rl.node_index] = found or cache_repo_dir(cache, recipe.model.source)
     return out
 
 
