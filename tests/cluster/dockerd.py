@@ -99,8 +99,11 @@ def _unmount_under(folder: Path) -> None:
         subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
-def build_image(daemon: Daemon) -> None:
-    """`docker import` of a minimal merged-/usr root filesystem (made in memory, nothing downloaded)."""
+def build_image(daemon: Daemon, message: str = "forklift test image") -> None:
+    """`docker import` of a minimal merged-/usr root filesystem (made in memory, nothing downloaded).
+
+    Each import gets its own image ID (the creation time is in it; another ``message`` makes sure of it): nodes
+    that must hold the same image get it with :func:`copy_image`."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         def add_dir(name: str, mode: int = 0o755) -> None:
@@ -119,8 +122,15 @@ def build_image(daemon: Daemon) -> None:
         for f in ("/etc/passwd", "/etc/group", "/etc/nsswitch.conf"):
             if os.path.exists(f):
                 tar.add(f, arcname=f.lstrip("/"))
-    subprocess.run(["docker", "-H", daemon.host, "import", "-", IMAGE], input=buf.getvalue(), check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(["docker", "-H", daemon.host, "import", "--message", message, "-", IMAGE], input=buf.getvalue(),
+                   check=True, capture_output=True, timeout=120)
+
+
+def copy_image(src: Daemon, dst: Daemon) -> None:
+    """The same image (same ID) on another daemon: `docker save | docker load`."""
+    saved = subprocess.run(["docker", "-H", src.host, "save", IMAGE], capture_output=True, check=True,
+                           timeout=120).stdout
+    subprocess.run(["docker", "-H", dst.host, "load"], input=saved, capture_output=True, check=True, timeout=120)
 
 
 def python_mounts() -> list[str]:

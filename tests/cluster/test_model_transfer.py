@@ -306,8 +306,7 @@ def _loads_since(d: dockerd.Daemon, since: float) -> int:
 def test_image_reaches_only_the_nodes_that_lack_it(net: NetCluster, daemons: list[dockerd.Daemon]) -> None:
     a, b, c = daemons
     dockerd.build_image(a)
-    saved = subprocess.run(["docker", "-H", a.host, "save", dockerd.IMAGE], capture_output=True, check=True).stdout
-    subprocess.run(["docker", "-H", c.host, "load"], input=saved, capture_output=True, check=True)
+    dockerd.copy_image(a, c)
     digest = _image_id(a, dockerd.IMAGE)
     assert digest and _image_id(c, dockerd.IMAGE) == digest and _image_id(b, dockerd.IMAGE) is None
     recipe = str(_recipe(net, "image"))
@@ -335,10 +334,10 @@ def test_image_reaches_only_the_nodes_that_lack_it(net: NetCluster, daemons: lis
 def test_preflight_names_the_node_whose_image_digest_differs(net: NetCluster,
                                                              daemons: list[dockerd.Daemon]) -> None:
     a, b, c = daemons
-    for d in (a, b, c):
-        if _image_id(d, dockerd.IMAGE) is None:
-            dockerd.build_image(d)
-    dockerd.build_image(c)  # imported again: same tag, another image ID
+    if _image_id(a, dockerd.IMAGE) is None:
+        dockerd.build_image(a)
+    dockerd.copy_image(a, b)
+    dockerd.build_image(c, message="imported again")  # same tag, another image ID
     assert _image_id(c, dockerd.IMAGE) != _image_id(a, dockerd.IMAGE)
     runtime = json.dumps({"kind": "docker", "image": dockerd.IMAGE, "gpus": None, "python": sys.executable,
                           "mounts": dockerd.python_mounts()})

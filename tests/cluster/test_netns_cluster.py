@@ -92,8 +92,10 @@ def test_model_sync_over_ssh_then_preflight_passes(net: NetCluster) -> None:
     assert missing.returncode != 0 and "node-b" in missing.stderr and "model missing" in missing.stderr
     res = forklift(net, "model", "sync", str(path), "--json")
     assert res.returncode == 0, res.stderr
-    a, b = json.loads(res.stdout)
-    assert a["transferred"] == 0 and b["host"] == "node-b"  # node-a already has it (the same files)
+    report = json.loads(res.stdout)
+    a, b = report["nodes"]
+    assert report["source"] == a["host"] == "node-a" and not a["transferred"]  # node-a is the copy
+    assert b["host"] == "node-b" and b["method"] in {"rsync", "rsync-node", "relay"}
     assert b["transferred"] == b["bytes"] > 200_000_000 and (dest / "config.json").is_file()
     ok = forklift(net, "up", str(path), "--name", "sync", "--preflight-only")
     assert ok.returncode == 0, ok.stdout + ok.stderr
