@@ -15,23 +15,27 @@ import re
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import get_args
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from benchmarks._doctor_corpus import (  # noqa: E402
-    CORPUS, MIN_THREADS, SPLIT_FILE, corpus_meta, derive_split, old_items, thread_hash,
+    CORPUS,
+    MIN_THREADS,
+    SPLIT_FILE,
+    corpus_meta,
+    derive_split,
+    old_items,
+    thread_hash,
 )
+
+from forklift.doctor.model import Category  # noqa: E402
 
 KEYS = ("source", "thread", "kind", "input", "category", "cause", "fix", "confidence", "vllm_version",
         "hardware", "collected", "collector", "note")
-CATEGORIES = """kv_cache_insufficient startup_free_memory_check oom_host_unified_memory oom_weights_load oom_gpu_runtime
-page_cache_pressure ray_actor_or_session ray_worker_died ray_health_timeout nccl_hang_or_timeout nccl_network_config
-rdma_ib_error distributed_init_timeout shm_broadcast_rpc_timeout weight_loader_signature_drift patch_drift
-unsupported_quantization_or_arch attention_backend_unsupported triton_shared_memory compile_failure
-cuda_graph_capture_failure cuda_driver_or_device parallel_layout_invalid tokenizer_or_chat_template
-tool_parser_or_reasoning_parser speculative_decoding_incompatible port_in_use_or_bind model_path_missing_on_worker
-hf_download_or_auth version_mismatch engine_args_invalid engine_install container_runtime reasoning_budget""".split()
+CATEGORIES = list(get_args(Category))
 
 
 def read_meta(path: Path) -> dict[str, str]:
