@@ -64,25 +64,31 @@ class Classifier:
         total = sum(exps)
         return {c: e / total for c, e in zip(self.classes, exps, strict=True)}
 
-    def evidence(self, lines: Sequence[Line], category: str, n: int = 2) -> list[Line]:
-        """The lines that push hardest towards a category (its weights summed over each line's terms)."""
-        c = self.classes.index(category)
-        scored: list[tuple[float, int, Line]] = []
-        for i, line in enumerate(lines):
-            s = 0.0
+    def line_scores(self, lines: Sequence[Line]) -> list[list[float]]:
+        """Per line, how hard its terms push towards each class (weights x idf x (1 + ln tf))."""
+        out = []
+        for line in lines:
+            row = [0.0] * len(self.classes)
             for term, count in terms(line.text).items():
                 for k, w in self.weights.get(term, ()):
-                    if k == c:
-                        s += w * self.idf[term] * (1.0 + math.log(count))
-            if s > 0:
-                scored.append((s, i, line))
+                    row[k] += w * self.idf[term] * (1.0 + math.log(count))
+            out.append(row)
+        return out
+
+    def evidence(self, lines: Sequence[Line], category: str, n: int = 2,
+                 scores: list[list[float]] | None = None) -> list[Line]:
+        """The lines that push hardest towards a category."""
+        c = self.classes.index(category)
+        scores = scores if scores is not None else self.line_scores(lines)
+        scored = [(row[c], i, line) for i, (row, line) in enumerate(zip(scores, lines, strict=True)) if row[c] > 0]
         best = sorted(scored, key=lambda t: (-t[0], t[1]))[:n]
         return [line for _, _, line in sorted(best, key=lambda t: t[1])]
 
     def predict(self, text: str, lines: Sequence[Line], top: int = 3) -> list[Prediction]:
         probs = self.probabilities(text)
         ranked = sorted(probs.items(), key=lambda kv: -kv[1])[:top]
-        return [Prediction(c, p, self.evidence(lines, c)) for c, p in ranked]
+        scores = self.line_scores(lines)
+        return [Prediction(c, p, self.evidence(lines, c, scores=scores)) for c, p in ranked]
 
 
 def load_classifier(path: Path | None = None) -> Classifier:

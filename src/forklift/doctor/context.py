@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from forklift.doctor.anchors import anchors
+
 PHASES: list[tuple[str, re.Pattern[str]]] = [
     ("starting", re.compile(r"non-default args|Initializing a V\d LLM engine|vLLM API server version")),
     ("loading weights", re.compile(
@@ -60,10 +62,16 @@ class Context:
         return out
 
 
+_PHASE_QUICK = tuple(sorted({w for _, rx in PHASES for w in anchors(rx.pattern) or ()}))
+
+
 def phase_of(lines: Iterable[str]) -> str | None:
     """The furthest startup phase the lines show, or None."""
     best = -1
     for line in lines:
+        low = line.lower()
+        if not any(w in low for w in _PHASE_QUICK):
+            continue
         for i in range(len(PHASES) - 1, best, -1):
             if PHASES[i][1].search(line):
                 best = i

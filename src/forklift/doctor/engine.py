@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from forklift.doctor.classify import Classifier, load_classifier
 from forklift.doctor.context import Context, phase_of, priors
-from forklift.doctor.features import errorish, failure_line, report_like, window_text
+from forklift.doctor.features import errorish, failure_line, report_like, window, window_text
 from forklift.doctor.kb import load_categories
 from forklift.doctor.match import MAX_QUOTED, Matcher, default_matcher, rank
 from forklift.doctor.model import Finding, Line, Report, Rule
@@ -29,6 +29,7 @@ from forklift.doctor.scan import Excerpt, scan_text
 DEFAULT_THRESHOLD = 0.5
 CANDIDATES = 3
 RULE_WEIGHT = 3.0
+EVIDENCE_LINES = 150
 RULE_FLOOR = 0.05
 TAIL = 12
 
@@ -119,13 +120,14 @@ def _combine(active: list[Finding], probs: dict[str, float], classifier: Classif
     total = sum(score.values()) or 1.0
     q = {c: v / total for c, v in score.items()}
     ranked = sorted(q.items(), key=lambda kv: (-kv[1], kv[0] not in best))
-    lines = _all_lines(sources)
+    lines = [x for s in sources for x in window(s.excerpt.lines) if failure_line(x.text)][-EVIDENCE_LINES:]
+    scores = classifier.line_scores(lines) if classifier is not None else []
     out: list[Finding] = []
     for c, p in ranked:
         if c in best:
             out.append(replace(best[c], confidence=p))
         elif classifier is not None and len(out) < max(CANDIDATES, len(best)):
-            out.append(_model_finding(c, p, classifier.evidence(lines, c), classifier))
+            out.append(_model_finding(c, p, classifier.evidence(lines, c, scores=scores), classifier))
         if len(out) >= max(CANDIDATES, len(best)) and all(x in {f.category for f in out} for x in best):
             break
     return out
@@ -148,7 +150,7 @@ def _apply_patch_context(f: Finding, ctx: Context | None) -> Finding:
 
 
 def _tail(sources: Sequence[Source]) -> list[str]:
-    return [x.text for x in _all_lines(sources) if errorish(x.text)][-TAIL:]
+    return [x.text for x in _all_lines(sources) if failure_line(x.text)][-TAIL:]
 
 
 def diagnose_sources(sources: Sequence[Source], context: Context | None = None, *,

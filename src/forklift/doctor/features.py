@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from forklift.doctor.anchors import anchors
 from forklift.doctor.model import Line
 
 WINDOW_HEAD = 120
@@ -30,7 +31,7 @@ _ERRORISH = re.compile(
 
 _FAILURE = re.compile(
     r"Traceback \(most recent call last\)|(?:^|[\s:(])(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)(?::|\s*$)|"
-    r"\b(?:ERROR|FATAL|CRITICAL)\b|\[E\d{3,4}|NCCL WARN|NVRM|\bXid\b|^\s*Killed\s*$|Out of memory|oom-kill|OOMKilled|"
+    r"\b(?:ERROR|FATAL|CRITICAL)\b|NCCL WARN|NVRM|\bXid\b|^\s*Killed\s*$|Out of memory|oom-kill|OOMKilled|"
     r"core dumped|Segmentation fault|SIGSEGV|SIGKILL|(?:^|\s)error:|exit(?:ed)? (?:with )?(?:code|status):? ?[1-9]|"
     r"(?i:\bhang(?:s|ing)?\b|\bhung\b|\bstuck\b|deadlock|\bfreez|\bcrash|\bwedge|not supported|unsupported|"
     r"cannot|can't|"
@@ -57,13 +58,29 @@ def report_like(texts: Sequence[str]) -> bool:
     return sum(1 for t in lines if _PROSE.search(t)) * 3 >= len(lines)
 
 
+def _quick(rx: re.Pattern[str]) -> tuple[str, ...]:
+    """Lower-case words one of which every match of rx holds (a cheap test before the expression)."""
+    found = anchors(rx.pattern)
+    if not found:
+        raise ValueError(f"no literal anchors in {rx.pattern[:60]!r}")
+    return tuple(sorted(found))
+
+
+_ERRORISH_QUICK = _quick(_ERRORISH)
+_FAILURE_QUICK = _quick(_FAILURE)
+
+
 def errorish(text: str) -> bool:
-    return _ERRORISH.search(text) is not None
+    low = text.lower()
+    return any(w in low for w in _ERRORISH_QUICK) and _ERRORISH.search(text) is not None
 
 
 def failure_line(text: str) -> bool:
     """A line that reports a failure: an exception, an error-level line, a kernel or NCCL warning, or a
     problem said in words; INFO / DEBUG / WARNING lines of a structured log are not failures by themselves."""
+    low = text.lower()
+    if not any(w in low for w in _FAILURE_QUICK):
+        return False
     if _BENIGN.search(text) and not _SEVERE.search(text):
         return False
     return _FAILURE.search(text) is not None

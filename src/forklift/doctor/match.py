@@ -1,7 +1,7 @@
 """The exact-signature layer: kept lines in, rule findings out. Pure: no files, no processes, no printing.
 
-One pass over the lines with bounded state per rule. A combined regular expression screens each line
-first; only lines that could match are tested rule by rule.
+One pass over the lines with bounded state per rule. The screen (``screen.py``) names the rules whose
+literal anchors a line holds; only their regular expressions run on it.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from forklift.doctor.advice import kv_advice
 from forklift.doctor.kb import load_rules
 from forklift.doctor.model import SEVERITY_RANK, Finding, Line, Rule
+from forklift.doctor.screen import build as build_screen
 
 MAX_QUOTED = 6
-_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 
@@ -115,11 +115,7 @@ class Matcher:
     def __init__(self, rules: Sequence[Rule]) -> None:
         self.rules = list(rules)
         self.by_id = {r.id: r for r in self.rules}
-        sources = []
-        for r in self.rules:
-            for p in (*r.match.all, *r.match.any, *r.match.none):
-                sources.append("(?:" + _NAMED_GROUP.sub("(?:", p) + ")")
-        self._screen = re.compile("|".join(sources)) if sources else None
+        self.screen = build_screen(self.rules)
         self._compiled = [([re.compile(p) for p in r.match.all], [re.compile(p) for p in r.match.any],
                            [re.compile(p) for p in r.match.none]) for r in self.rules]
 
@@ -127,10 +123,8 @@ class Matcher:
         """Rule findings (confidence = the rule's prior), ranked, superseded ones marked."""
         states = [_State(r, a, b, c, [None] * len(a)) for r, (a, b, c) in zip(self.rules, self._compiled, strict=True)]
         for line in lines:
-            if self._screen is not None and not self._screen.search(line.text):
-                continue
-            for s in states:
-                s.feed(line)
+            for i in sorted(self.screen.rules_for(line.text.encode("utf-8", "ignore").lower())):
+                states[i].feed(line)
         findings = [self._finding(s, vllm_version) for s in states if s.matched()]
         return rank(findings, self.by_id)
 

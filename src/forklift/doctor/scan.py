@@ -1,10 +1,10 @@
 """Reading an input in one linear pass: bytes in, the lines worth matching out.
 
 A log of any size is read in chunks. The first ``HEAD_LINES`` lines are all kept (the version banner,
-arguments and, for a short log or a pasted report, everything). After that only lines holding one of
-``TRIGGERS`` are kept: each trigger is found with ``bytes.find`` over the lower-cased chunk (C speed),
-so a plain log costs a few passes of memory scanning, not a regular expression per line. The last
-``TAIL_LINES`` lines are always kept (a process dies at the end of its log). Rules and the classifier
+arguments and, for a short log or a pasted report, everything). After that only the lines the screen
+(``screen.py``: one 3-gram lookup per byte, with numpy) says a rule, the classifier or the phase reader
+could need are kept, so a plain log costs a few passes over memory, not a regular expression per line.
+The last ``TAIL_LINES`` lines are always kept (a process dies at the end of its log). Rules and the classifier
 see only the kept lines; ``tests/unit/doctor`` checks that on every corpus item the findings are the
 same whether a log is screened or read whole.
 """
@@ -19,35 +19,17 @@ from typing import BinaryIO
 
 from forklift.doctor.lines import MAX_LINE, clean
 from forklift.doctor.model import Line
+from forklift.doctor.screen import Screen, default_screen
 
-CHUNK = 8 << 20
-HEAD_LINES = 4000
+CHUNK = 4 << 20
+HEAD_LINES = 2000
+HEAD_CONTEXT = 60
+"""Of a long (screened) input's head, these first lines stay whatever they hold (banner, arguments)."""
 TAIL_LINES = 300
 TAIL_BYTES = 256 << 10
 MAX_KEPT = 40_000
 """Kept lines beyond the head: the first half and the last half of them are kept when there are more."""
 SNIFF_BYTES = 64 << 10
-
-# Lower-case substrings that mark a line worth matching: failure words, the engines' and the kernel's
-# prefixes, and the phase markers the context layer reads. Every rule pattern matches only lines that
-# hold one of them (tests/unit/doctor/test_scan.py proves it on the corpus).
-TRIGGERS: tuple[bytes, ...] = (
-    b"error", b"exception", b"traceback", b"fail", b"fatal", b"critical", b"warn", b"kill", b"oom",
-    b"out of memory", b"memory", b"timeout", b"timed out", b"time out", b"nvrm", b"xid", b"nccl", b"gloo",
-    b"refused", b"unable", b"cannot", b"can't", b"could not", b"couldn't", b"not found", b"no such",
-    b"invalid", b"unsupported", b"not support", b"denied", b"abort", b"panic", b"segmentation", b"sigsegv",
-    b"sigbus", b"core dumped", b"deadline", b"unreachable", b"hang", b"stuck", b"mismatch", b"insufficient",
-    b"exceed", b"too ", b"no available", b"no module", b"undefined symbol", b"raise", b"assert", b"exit",
-    b"died", b"dead", b"unexpected", b"unrecognized", b"not allowed", b"not valid", b"requires",
-    b"ray", b"raylet", b"gcs", b"placement group", b"tcpstore", b"rendezvous", b"ibv", b"mlx5", b"rdma",
-    b"gid", b"address already", b"in use", b"bind", b"shm", b"shared memory", b"broadcast", b"rpc",
-    b"cuda", b"driver", b"gpu", b"triton", b"ptxas", b"kv cache", b"cache blocks", b"max seq len",
-    b"max_model_len", b"loading", b"load model", b"weights", b"capturing", b"graph", b"compil",
-    b"startup complete", b"version", b"non-default args", b"gib", b"finish_reason", b"content",
-    b"reasoning", b"tool", b"parser", b"template", b"huggingface", b"401", b"403", b"429", b"137",
-    b"docker", b"container", b"nvidia", b"/dev/", b"patch", b"takes ", b"got an", b"keyerror",
-    b"typeerror", b"valueerror", b"no kernel", b"heads", b"divisible", b"parallel", b"swap", b"page cache",
-)
 
 _LOGLIKE = re.compile(
     r"\b(?:INFO|WARN(?:ING)?|ERROR|DEBUG|CRITICAL|FATAL)\b|\d{1,2}:\d{2}:\d{2}|^\s*\[\s*\d+\.\d+\]|"
@@ -80,6 +62,9 @@ class Excerpt:
         return [line.text for line in self.lines]
 
 
+_CONTROLS = {c: None for c in range(32) if chr(c) not in "\t\n\r\x1b\x0c\x08"}
+
+
 def looks_binary(sample: bytes) -> bool:
     """NUL bytes or mostly undecodable bytes in the first bytes of an input."""
     if not sample:
@@ -87,20 +72,22 @@ def looks_binary(sample: bytes) -> bool:
     if sample.count(b"\x00") > max(1, len(sample) // 200):
         return True
     text = sample.decode("utf-8", errors="replace")
-    bad = text.count("\ufffd") + sum(1 for ch in text if ord(ch) < 32 and ch not in "\t\n\r\x1b\x0c\x08")
-    return bad > len(text) * 0.1
+    controls = len(text) - len(text.translate(_CONTROLS))
+    return text.count("\ufffd") + controls > len(text) * 0.1
 
 
 class Scanner:
     """Feed bytes (any chunking), then ``close()`` for the Excerpt. Memory stays bounded."""
 
-    def __init__(self, source: str = "", *, head_lines: int = HEAD_LINES) -> None:
+    def __init__(self, source: str = "", *, head_lines: int = HEAD_LINES, screen: Screen | None = None) -> None:
         self.source = source
         self.head_lines = head_lines
+        self.screen = screen or default_screen()
         self._pending = b""
         self._line_no = 0  # complete lines seen so far
         self._bytes = 0
         self._sniff = bytearray()
+        self._head: list[tuple[int, bytes]] = []
         self._first: list[Line] = []
         self._last: deque[Line] = deque(maxlen=MAX_KEPT // 2)
         self._dropped = 0
@@ -126,6 +113,7 @@ class Scanner:
         if self._pending:
             self._process(self._pending + b"\n")
             self._pending = b""
+        self._keep_head()
         kept = {(x.number, x.text): x for x in (*self._first, *self._last)}
         for line in self._tail_lines():
             kept.setdefault((line.number, line.text), line)
@@ -145,6 +133,27 @@ class Scanner:
                     self._dropped += 1
                 self._last.append(line)
 
+    def _keep_head(self) -> None:
+        """A short input keeps its whole head; a long one its first HEAD_CONTEXT lines and what the screen keeps."""
+        head, self._head = self._head, []
+        if not self._screened:
+            for number, raw in head:
+                self._keep(number, raw)
+            return
+        for number, raw in head[:HEAD_CONTEXT]:
+            self._keep(number, raw)
+        rest = head[HEAD_CONTEXT:]
+        if not rest:
+            return
+        buf = b"".join(raw + b"\n" for _, raw in rest)
+        offsets = [0]
+        for _, raw in rest:
+            offsets.append(offsets[-1] + len(raw) + 1)
+        index = {o: k for k, o in enumerate(offsets)}
+        for start in self.screen.line_starts(buf.lower(), 0):
+            number, raw = rest[index[start]]
+            self._keep(number, raw)
+
     def _process(self, buf: bytes) -> None:
         """``buf`` holds whole lines, each ending in a newline."""
         start = 0
@@ -153,26 +162,19 @@ class Scanner:
             while self._line_no < self.head_lines and pos < len(buf):
                 end = buf.find(b"\n", pos)
                 self._line_no += 1
-                self._keep(self._line_no, buf[pos:end][: MAX_LINE * 4])
+                self._head.append((self._line_no, buf[pos:end][: MAX_LINE * 4]))
                 pos = end + 1
             start = pos
         if start < len(buf):
-            self._screened = True
+            if not self._screened:
+                self._screened = True
+                self._keep_head()
             self._screen(buf, start)
         self._remember_tail(buf)
 
     def _screen(self, buf: bytes, start: int) -> None:
-        low = buf.lower()
-        starts: set[int] = set()
-        for trigger in TRIGGERS:
-            i = low.find(trigger, start)
-            while i >= 0:
-                starts.add(low.rfind(b"\n", 0, i) + 1)
-                end = low.find(b"\n", i)
-                i = low.find(trigger, end + 1) if end >= 0 else -1
         number, prev = self._line_no, start
-        for s in sorted(starts):
-            s = max(s, start)
+        for s in self.screen.line_starts(buf.lower(), start):
             number += buf.count(b"\n", prev, s)
             prev = s
             end = buf.find(b"\n", s)
@@ -197,8 +199,9 @@ class Scanner:
         return out
 
 
-def scan_stream(stream: BinaryIO, source: str = "", *, head_lines: int = HEAD_LINES) -> Excerpt:
-    scanner = Scanner(source, head_lines=head_lines)
+def scan_stream(stream: BinaryIO, source: str = "", *, head_lines: int = HEAD_LINES,
+                screen: Screen | None = None) -> Excerpt:
+    scanner = Scanner(source, head_lines=head_lines, screen=screen)
     while True:
         data = stream.read(CHUNK)
         if not data:
@@ -207,8 +210,9 @@ def scan_stream(stream: BinaryIO, source: str = "", *, head_lines: int = HEAD_LI
     return scanner.close()
 
 
-def scan_bytes(data: bytes, source: str = "", *, head_lines: int = HEAD_LINES) -> Excerpt:
-    scanner = Scanner(source, head_lines=head_lines)
+def scan_bytes(data: bytes, source: str = "", *, head_lines: int = HEAD_LINES,
+               screen: Screen | None = None) -> Excerpt:
+    scanner = Scanner(source, head_lines=head_lines, screen=screen)
     for i in range(0, len(data), CHUNK):
         scanner.feed(data[i:i + CHUNK])
     return scanner.close()
