@@ -146,7 +146,7 @@ def _attach_plan(report: Report, recipe_ref: str) -> tuple[Report, str | None]:
 
 
 def _render(report: Report, planner_note: str | None) -> None:
-    verdict = (f"unsure: no candidate reaches p={report.threshold:.2f}; verify before acting"
+    verdict = (f"unsure: no candidate reaches p={report.threshold:g}; verify before acting"
                if report.unsure else None)
     title = f"doctor: {report.lines_read} lines" + (f", phase reached: {report.phase}" if report.phase else "")
     print_checks(to_checks(report), title=title, evidence=True)

@@ -32,12 +32,13 @@ _ERRORISH = re.compile(
 _FAILURE = re.compile(
     r"Traceback \(most recent call last\)|(?:^|[\s:(])(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)(?::|\s*$)|"
     r"\b(?:ERROR|FATAL|CRITICAL)\b|NCCL WARN|NVRM|\bXid\b|^\s*Killed\s*$|Out of memory|oom-kill|OOMKilled|"
-    r"core dumped|Segmentation fault|SIGSEGV|SIGKILL|(?:^|\s)error:|exit(?:ed)? (?:with )?(?:code|status):? ?[1-9]|"
+    r"core dumped|Segmentation fault|SIGSEGV|SIGKILL|(?:^|\s)error:|exit(?:s|ed)? (?:with )?(?:code|status):? ?[1-9]|"
     r"(?i:\bhang(?:s|ing)?\b|\bhung\b|\bstuck\b|deadlock|\bfreez|\bcrash|\bwedge|not supported|unsupported|"
     r"cannot|can't|"
     r"could not|couldn't|unable to|\bfail|timed out|\btimeout|refused|denied|no such|not found|invalid|mismatch|"
     r"\bempty\b|out of resource|insufficient|exceeds?\b|too (?:old|small|large|long)|\berrors?\b|\bbug\b|problem|"
-    r"broken|wrong|missing|\blost\b|\bdied\b|\bdead\b|\bkill|\boom\b|out of memory|no module|\w+Error\b)"
+    r"broken|wrong|missing|\blost\b|\bdied\b|\bdead\b|\bkill|\boom\b|out of memory|no module|\w+Error\b|"
+    r"unauthori[sz]ed|forbidden|too many requests|gated)"
 )
 _BENIGN = re.compile(
     r"\b(?:INFO|DEBUG)\b|\bWARN(?:ING)?\b|\[[WI]\d{4}|^\s*[WI]\d{4} |DeprecationWarning|FutureWarning|UserWarning|"

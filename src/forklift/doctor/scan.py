@@ -79,9 +79,11 @@ def looks_binary(sample: bytes) -> bool:
 class Scanner:
     """Feed bytes (any chunking), then ``close()`` for the Excerpt. Memory stays bounded."""
 
-    def __init__(self, source: str = "", *, head_lines: int = HEAD_LINES, screen: Screen | None = None) -> None:
+    def __init__(self, source: str = "", *, head_lines: int = HEAD_LINES, screen: Screen | None = None,
+                 tail_lines: int = TAIL_LINES) -> None:
         self.source = source
         self.head_lines = head_lines
+        self.tail_lines = tail_lines
         self.screen = screen or default_screen()
         self._pending = b""
         self._line_no = 0  # complete lines seen so far
@@ -192,7 +194,9 @@ class Scanner:
 
     def _tail_lines(self) -> list[Line]:
         raw = self._tail.split(b"\n")[:-1]
-        skip = max(0, len(raw) - TAIL_LINES)
+        if self.tail_lines <= 0:
+            return []
+        skip = max(0, len(raw) - self.tail_lines)
         out: list[Line] = []
         for k, piece in enumerate(raw[skip:], start=self._tail_first + skip):
             out.extend(Line(k, text, self.source) for text in clean(piece[: MAX_LINE * 4].decode("utf-8", "ignore")))
@@ -211,8 +215,8 @@ def scan_stream(stream: BinaryIO, source: str = "", *, head_lines: int = HEAD_LI
 
 
 def scan_bytes(data: bytes, source: str = "", *, head_lines: int = HEAD_LINES,
-               screen: Screen | None = None) -> Excerpt:
-    scanner = Scanner(source, head_lines=head_lines, screen=screen)
+               screen: Screen | None = None, tail_lines: int = TAIL_LINES) -> Excerpt:
+    scanner = Scanner(source, head_lines=head_lines, screen=screen, tail_lines=tail_lines)
     for i in range(0, len(data), CHUNK):
         scanner.feed(data[i:i + CHUNK])
     return scanner.close()
