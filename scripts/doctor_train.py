@@ -9,6 +9,12 @@ Data: tests/data/doctor/corpus items whose thread is not held out (split.yaml) p
 excerpts (tests/data/doctor/excerpts) that name a category. Never the held-out split, never
 tests/data/doctor/heldout.
 
+Knowledge documents join the training data (never the held-out data): per rule its title, cause and fix,
+per category (categories.yaml) its title, cause, fix and how to verify it; the final fit also gets each
+rule's example lines (verbatim from the training corpus or the software's source). Cross-validation keeps
+the knowledge documents in every training fold and leaves the example lines out (they may come from the
+fold being scored).
+
 Steps: features.terms of each item's classifier window; vocabulary = terms in >= MIN_DF training items;
 idf = ln((1 + n) / (1 + df)) + 1; multinomial logistic regression on L2-normalised (1 + ln tf) * idf.
 C and class weighting are chosen by grouped 5-fold cross-validation (folds by thread); the softmax
@@ -39,13 +45,14 @@ from sklearn.model_selection import GroupKFold  # noqa: E402
 
 from forklift.doctor.classify import FORMAT  # noqa: E402
 from forklift.doctor.features import terms, window_text  # noqa: E402
+from forklift.doctor.kb import load_categories, load_rules  # noqa: E402
 from forklift.doctor.scan import scan_text  # noqa: E402
 
 OUT = REPO / "src" / "forklift" / "doctor" / "data" / "classifier.json"
 MIN_DF = 2
 FOLDS = 5
-GRID_C = (1.0, 3.0, 10.0)
-GRID_WEIGHT = (None, "balanced")
+GRID_C = (3.0, 10.0)
+GRID_WEIGHT = ("balanced",)
 PRUNE = 0.2
 DIGITS = 2
 THRESHOLD = 0.5
@@ -54,6 +61,21 @@ THRESHOLD = 0.5
 def training_items() -> list[Item]:
     items = corpus_items(("train",)) + [it for it in old_items("excerpts") if it.category]
     return sorted(items, key=lambda it: it.stem)
+
+
+def knowledge(classes: list[str], *, examples: bool) -> tuple[list[Counter[str]], list[int]]:
+    """Documents written from the rules and the category descriptions (labels: their category)."""
+    docs: list[Counter[str]] = []
+    labels: list[int] = []
+    for r in load_rules():
+        if r.category in classes:
+            docs.append(terms("\n".join([r.title, r.cause, r.fix, *(r.examples if examples else [])])))
+            labels.append(classes.index(r.category))
+    for c, info in load_categories().items():
+        if c in classes:
+            docs.append(terms("\n".join([info.title, info.cause, info.fix, info.verify])))
+            labels.append(classes.index(c))
+    return docs, labels
 
 
 def text_of(item: Item) -> str:
@@ -91,13 +113,16 @@ def prune(model: LogisticRegression, level: float) -> LogisticRegression:
 
 
 def out_of_fold(docs: list[Counter[str]], y: np.ndarray, groups: list[str], c: float,
-                weight: str | None, n_classes: int, level: float = PRUNE) -> np.ndarray:
-    """Out-of-fold decision scores; each fold's vocabulary comes from its own training part."""
+                weight: str | None, n_classes: int, level: float = PRUNE,
+                extra: tuple[list[Counter[str]], list[int]] = ([], [])) -> np.ndarray:
+    """Out-of-fold decision scores; each fold's vocabulary comes from its own training part (plus ``extra``)."""
     scores = np.full((len(docs), n_classes), -1e9)
     for tr, te in GroupKFold(n_splits=FOLDS).split(np.zeros(len(docs)), y, groups):
-        idf = vocabulary([docs[i] for i in tr])
+        part = [docs[i] for i in tr] + extra[0]
+        labels = np.concatenate([y[tr], np.array(extra[1], dtype=y.dtype)])
+        idf = vocabulary(part)
         index = {t: k for k, t in enumerate(idf)}
-        model = prune(fit(matrix([docs[i] for i in tr], idf, index), y[tr], c, weight), level)
+        model = prune(fit(matrix(part, idf, index), labels, c, weight), level)
         s = model.decision_function(matrix([docs[i] for i in te], idf, index))
         for row, i in enumerate(te):
             for k, cls in enumerate(model.classes_):
@@ -124,16 +149,19 @@ def train() -> dict[str, Any]:
     classes = sorted({str(it.category) for it in items})
     y = np.array([classes.index(str(it.category)) for it in items])
     groups = [it.thread for it in items]
+    cv_extra = knowledge(classes, examples=False)
     results = {}
     for weight in GRID_WEIGHT:
         for c in GRID_C:
-            s = out_of_fold(docs, y, groups, c, weight, len(classes))
+            s = out_of_fold(docs, y, groups, c, weight, len(classes), extra=cv_extra)
             results[(c, weight)] = (float((s.argmax(axis=1) == y).mean()), s)
     (c_best, w_best), (acc, oof) = max(results.items(), key=lambda kv: (kv[1][0], -kv[0][0]))
     temp = temperature(oof, y)
-    idf = vocabulary(docs)
+    kdocs, klabels = knowledge(classes, examples=True)
+    all_docs = docs + kdocs
+    idf = vocabulary(all_docs)
     index = {t: k for k, t in enumerate(idf)}
-    model = fit(matrix(docs, idf, index), y, c_best, w_best)
+    model = fit(matrix(all_docs, idf, index), np.concatenate([y, np.array(klabels, dtype=y.dtype)]), c_best, w_best)
     coef = np.zeros((len(classes), len(index)))
     intercept = np.zeros(len(classes))
     for k, cls in enumerate(model.classes_):
@@ -144,7 +172,9 @@ def train() -> dict[str, Any]:
         row = [[int(c), round(float(coef[c, j]), DIGITS)] for c in range(len(classes)) if abs(coef[c, j]) >= PRUNE]
         if row:
             rows.append([t, round(idf[t], 4), row])
-    digest = hashlib.sha256("\n".join(f"{it.stem}:{it.category}:{it.text}" for it in items).encode()).hexdigest()
+    knowledge_text = "\n".join(f"{r.id}:{r.title}:{r.cause}:{r.fix}:{r.examples}" for r in load_rules())
+    digest = hashlib.sha256(("\n".join(f"{it.stem}:{it.category}:{it.text}" for it in items) + knowledge_text
+                             + repr(sorted(load_categories().items()))).encode()).hexdigest()
     return {
         "format": FORMAT,
         "version": f"1.{digest[:8]}",
@@ -153,7 +183,7 @@ def train() -> dict[str, Any]:
         "temperature": temp,
         "threshold": THRESHOLD,
         "meta": {
-            "trained_on": {"items": len(items), "threads": len(set(groups)),
+            "trained_on": {"items": len(items), "threads": len(set(groups)), "knowledge_documents": len(kdocs),
                            "per_class": dict(Counter(classes[i] for i in y))},
             "data_sha256": digest,
             "cv": {"folds": FOLDS, "by": "thread", "accuracy": round(acc, 4), "C": c_best,
@@ -172,7 +202,7 @@ def write_oof(path: Path) -> None:
     y = np.array([classes.index(str(it.category)) for it in items])
     data = json.loads(OUT.read_text())
     s = out_of_fold(docs, y, [it.thread for it in items], data["meta"]["cv"]["C"], data["meta"]["cv"]["class_weight"],
-                    len(classes)) / data["temperature"]
+                    len(classes), extra=knowledge(classes, examples=False)) / data["temperature"]
     p = np.exp(s - s.max(axis=1, keepdims=True))
     p /= p.sum(axis=1, keepdims=True)
     path.write_text(json.dumps({it.stem: {c: round(float(p[i, k]), 5) for k, c in enumerate(classes)}

@@ -7,8 +7,9 @@
    a category with a matching rule of confidence c has it raised to at least RULE_FLOOR and multiplied
    by 1 + RULE_WEIGHT * c / (1 - c). Scores are normalised into the reported probabilities. So a
    confident rule wins unless the text says clearly otherwise, and a weak rule (c ~ 0.5) is a tie-breaker.
-   Without the statistical layer the rule's confidence is the probability. With neither a rule nor a
-   line that looks like an error, there is no finding.
+   Without the statistical layer the rule's confidence is the probability. RULE_WEIGHT and RULE_FLOOR
+   were chosen on the training split (out-of-fold classifier probabilities), never on held-out data.
+   With neither a rule nor a line that looks like an error, there is no finding.
 4. Below ``threshold`` the report is ``unsure``: its findings are candidates to verify, not a diagnosis.
 ``benchmarks/doctor_accuracy.py`` reports how well these probabilities are calibrated on held-out data.
 """
@@ -28,9 +29,9 @@ from forklift.doctor.scan import Excerpt, scan_text
 
 DEFAULT_THRESHOLD = 0.5
 CANDIDATES = 3
-RULE_WEIGHT = 3.0
+RULE_WEIGHT = 6.0
 EVIDENCE_LINES = 150
-RULE_FLOOR = 0.05
+RULE_FLOOR = 0.1
 TAIL = 12
 
 
