@@ -32,7 +32,7 @@ from forklift.errors import DoctorError, ForkliftError
 
 BAD_INPUT = 2
 _FAILED_RANK = re.compile(r"(?:rank|ray) (\d+) on (\S+) (?:exited|stopped)|^(\S+) stopped answering")
-_PHASE = re.compile(r"\(phase: ([^)]+)\)|during startup \(([^)]+)\)")
+_PHASE = re.compile(r"\(phase: ([^)]+)\)|during startup \((?!phase: )([^)]+)\)")
 
 
 def _checked(ex: Excerpt) -> Excerpt:

@@ -82,3 +82,26 @@ def test_recipe_adds_kv_advice_that_knows_the_recipe() -> None:
     assert res.exit_code == 1
     top = json.loads(res.stdout)["findings"][0]
     assert any(a.startswith("serve.max_model_len: 5120") for a in top["advice"])
+
+
+def test_the_run_context_comes_from_the_record() -> None:
+    from types import SimpleNamespace
+
+    from forklift.cli.doctor import _context
+    from forklift.recipe.schema import Recipe
+
+    recipe = Recipe.model_validate({"model": {"source": "/m"}, "patches": ["kv-scale-loader-args"],
+                                    "nodes": [{"host": "spark-a", "hardware": "gb10"},
+                                              {"host": "spark-b", "ssh": "me@b", "hardware": "gb10"}],
+                                    "parallel": {"pp": 2}})
+    rank = SimpleNamespace(rank=0, kv_pool_gib=1.5, kv_needed_gib=2.81)
+    record = SimpleNamespace(
+        recipe=recipe, error="rank 1 on spark-b exited during startup (phase: loading weights)", status="failed",
+        pins=SimpleNamespace(patches=[SimpleNamespace(id="kv-scale-loader-args")]), patches=[],
+        planned=SimpleNamespace(fits=False, ranks=[rank]), plan=SimpleNamespace(kind="plan"), vllm_version="0.26.0")
+    ctx = _context(record, {"spark-b": (2 << 30, 128 << 30)})
+    assert (ctx.failed_rank, ctx.failed_host, ctx.phase) == (1, "spark-b", "loading weights")
+    assert ctx.plan_fits is False and ctx.kv_margin_gib == -1.31
+    assert ctx.patches_applied == ("kv-scale-loader-args",) and ctx.patches_wanted == ("kv-scale-loader-args",)
+    assert ctx.unified_memory is True and ctx.nodes == 2 and ctx.backend == "native"
+    assert ctx.to_json()["mem_available"] == {"spark-b": (2 << 30, 128 << 30)}
