@@ -26,6 +26,7 @@ from forklift.doctor.kb import load_categories
 from forklift.doctor.match import MAX_QUOTED, Matcher, default_matcher, rank
 from forklift.doctor.model import Finding, Line, Report, Rule
 from forklift.doctor.scan import Excerpt, scan_text
+from forklift.errors import DoctorError
 
 DEFAULT_THRESHOLD = 0.5
 CANDIDATES = 3
@@ -165,7 +166,10 @@ def diagnose_sources(sources: Sequence[Source], context: Context | None = None, 
     passive = [f for f in found if f not in active]
     phase = phase_of(x.text for x in _all_lines(sources))
     if use_model and classifier is None:
-        classifier = load_classifier()
+        try:
+            classifier = load_classifier()
+        except DoctorError:  # a missing or foreign model file: the rules still answer
+            classifier = None
     probs: dict[str, float] = {}
     if classifier is not None and (active or _failure_evidence(sources)):
         probs = _model_distribution(classifier, sources, context, phase)
