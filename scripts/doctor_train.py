@@ -18,7 +18,8 @@ fold being scored).
 Steps: features.terms of each item's classifier window; vocabulary = terms in >= MIN_DF training items;
 idf = ln((1 + n) / (1 + df)) + 1; multinomial logistic regression on L2-normalised (1 + ln tf) * idf.
 C and class weighting are chosen by grouped 5-fold cross-validation (folds by thread); the softmax
-temperature is fitted on the out-of-fold scores (minimum log loss); weights below PRUNE are dropped.
+temperature is fitted on the out-of-fold scores (minimum log loss); weights below PRUNE (raised step by step
+until the file is under MAX_BYTES) are dropped.
 ``--check`` retrains in memory and fails if the shipped file differs (the file is reproducible).
 """
 
@@ -54,6 +55,8 @@ FOLDS = 5
 GRID_C = (3.0, 10.0)
 GRID_WEIGHT = ("balanced",)
 PRUNE = 0.2
+PRUNE_LEVELS = (0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
+MAX_BYTES = 320 * 1024
 DIGITS = 2
 THRESHOLD = 0.5
 
@@ -167,11 +170,15 @@ def train() -> dict[str, Any]:
     for k, cls in enumerate(model.classes_):
         coef[cls] = model.coef_[k]
         intercept[cls] = model.intercept_[k]
-    rows = []
-    for t, j in index.items():
-        row = [[int(c), round(float(coef[c, j]), DIGITS)] for c in range(len(classes)) if abs(coef[c, j]) >= PRUNE]
-        if row:
-            rows.append([t, round(idf[t], 4), row])
+    level, rows = PRUNE, []
+    for level in PRUNE_LEVELS:  # the smallest pruning that keeps the shipped file under MAX_BYTES
+        rows = []
+        for t, j in index.items():
+            row = [[int(c), round(float(coef[c, j]), DIGITS)] for c in range(len(classes)) if abs(coef[c, j]) >= level]
+            if row:
+                rows.append([t, round(idf[t], 4), row])
+        if len(json.dumps(rows, separators=(",", ":"))) <= MAX_BYTES - 16 * 1024:
+            break
     knowledge_text = "\n".join(f"{r.id}:{r.title}:{r.cause}:{r.fix}:{r.examples}" for r in load_rules())
     digest = hashlib.sha256(("\n".join(f"{it.stem}:{it.category}:{it.text}" for it in items) + knowledge_text
                              + repr(sorted(load_categories().items()))).encode()).hexdigest()
@@ -188,7 +195,8 @@ def train() -> dict[str, Any]:
             "data_sha256": digest,
             "cv": {"folds": FOLDS, "by": "thread", "accuracy": round(acc, 4), "C": c_best,
                    "class_weight": w_best, "grid": {f"{c}/{w}": round(a, 4) for (c, w), (a, _) in results.items()}},
-            "terms": len(rows), "min_df": MIN_DF, "prune": PRUNE, "scikit_learn": sklearn.__version__,
+            "terms": len(rows), "min_df": MIN_DF, "prune": level, "cv_prune": PRUNE,
+            "scikit_learn": sklearn.__version__,
         },
         "terms": rows,
     }
