@@ -2,7 +2,8 @@
 
 Per rank: the end of its log (NCCL's debug output lands there when network.nccl_debug is set). Per node:
 the kernel log (``dmesg``; ``journalctl -k`` where dmesg is refused) for OOM-killer and NVRM/Xid lines,
-Ray's logs under /tmp/ray/session_latest/logs (on the host, and inside each rank's container), and
+Ray's logs under /tmp/ray/session_latest/logs (runs with parallel.backend ray; on the host and inside each
+rank's container), and
 /proc/meminfo. A node that does not answer becomes a line saying so: doctor reads that too (a node
 that OOM'd often still pings but its sshd is gone). Nothing here interprets the text; doctor does.
 """
@@ -10,6 +11,7 @@ that OOM'd often still pings but its sshd is gone). Nothing here interprets the 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -22,6 +24,7 @@ KERNEL_LINES = 4000
 RAY_LINES = 300
 RAY_BYTES = 4 << 20
 TIMEOUT_S = 60.0
+SINCE_SLACK_S = 60.0
 RAY_DIR = "/tmp/ray/session_latest/logs"
 # A fixed script (no values are interpolated into it): the last lines of Ray's own logs and each worker's
 # stderr, each preceded by a header naming the file. $1 is the line count, $2 the byte cap.
@@ -63,15 +66,41 @@ def meminfo(text: str) -> tuple[int, int] | None:
     return None
 
 
-def _kernel_log(runner: Runner, host: str) -> Piece | None:
+_DMESG_TIME = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]")
+
+
+def since_filter(lines: list[str], since: float | None) -> list[str]:
+    """dmesg -T lines from ``since`` (epoch seconds) on; lines without a readable time are kept."""
+    if since is None:
+        return lines
+    out = []
+    for line in lines:
+        m = _DMESG_TIME.match(line)
+        if m:
+            try:
+                if time.mktime(time.strptime(m.group(1).replace("  ", " "), "%a %b %d %H:%M:%S %Y")) < since:
+                    continue
+            except ValueError:
+                pass
+        out.append(line)
+    return out
+
+
+def _kernel_log(runner: Runner, host: str, since: float | None) -> Piece | None:
+    """The node's kernel messages since the run started (an old OOM kill is not this run's cause)."""
     res = runner.run(["dmesg", "-T"], timeout=TIMEOUT_S)
     label = "dmesg"
+    lines = since_filter(res.stdout.splitlines(), since) if res.returncode == 0 else []
     if res.returncode != 0 or not res.stdout.strip():
-        res = runner.run(["journalctl", "-k", "-n", str(KERNEL_LINES), "--no-pager"], timeout=TIMEOUT_S)
+        argv = ["journalctl", "-k", "-n", str(KERNEL_LINES), "--no-pager"]
+        if since is not None:
+            argv += ["--since", f"@{int(since)}"]
+        res = runner.run(argv, timeout=TIMEOUT_S)
         label = "journalctl -k"
-    if res.returncode != 0 or not res.stdout.strip():
+        lines = res.stdout.splitlines() if res.returncode == 0 else []
+    if not any(x.strip() for x in lines):
         return None
-    return Piece(host, label, "\n".join(res.stdout.splitlines()[-KERNEL_LINES:]))
+    return Piece(host, label, "\n".join(lines[-KERNEL_LINES:]))
 
 
 def _ray_logs(runner: Runner, host: str, containers: list[str]) -> list[Piece]:
@@ -87,8 +116,8 @@ def _ray_logs(runner: Runner, host: str, containers: list[str]) -> list[Piece]:
     return out
 
 
-def _node(runner: Runner, host: str, containers: list[str], *, kernel: bool,
-          ray: bool) -> tuple[list[Piece], tuple[int, int] | None]:
+def _node(runner: Runner, host: str, containers: list[str], *, kernel: bool, ray: bool,
+          since: float | None) -> tuple[list[Piece], tuple[int, int] | None]:
     runner.run(["true"], timeout=TIMEOUT_S).check()
     pieces: list[Piece] = []
     mem = runner.run(["cat", "/proc/meminfo"], timeout=TIMEOUT_S)
@@ -98,7 +127,7 @@ def _node(runner: Runner, host: str, containers: list[str], *, kernel: bool,
         pieces.append(Piece(host, "memory", f"forklift: node {host} MemAvailable {avail / 2**30:.1f} GiB of "
                                             f"MemTotal {total / 2**30:.1f} GiB"))
     if kernel:
-        log = _kernel_log(runner, host)
+        log = _kernel_log(runner, host, since)
         if log is not None:
             pieces.append(log)
     if ray:
@@ -113,8 +142,13 @@ def _rank_log(runner: Runner, rank: RankState) -> Piece:
     return Piece(rank.host, label, text, rank.log_path)
 
 
-def collect(record: RunRecord, runners: Mapping[int, Runner], *, kernel: bool = True, ray: bool = True) -> Collection:
-    """Every rank's log and every node's kernel log, Ray logs and memory; never raises for one node."""
+def collect(record: RunRecord, runners: Mapping[int, Runner], *, kernel: bool = True, ray: bool = True,
+            since: float | None = None) -> Collection:
+    """Every rank's log and every node's kernel log (from ``since``, default: the run's start less a minute),
+    Ray logs and memory; never raises for one node."""
+    if since is None and getattr(record, "created_at", None):
+        since = float(record.created_at) - SINCE_SLACK_S
+    ray = ray and record.recipe.parallel.backend == "ray"  # another tool's Ray session is not this run's
     nodes = record.recipe.nodes
     hosts = {i: n.host for i, n in enumerate(nodes)}
     containers: dict[int, list[str]] = {i: [] for i in hosts}
@@ -122,7 +156,7 @@ def collect(record: RunRecord, runners: Mapping[int, Runner], *, kernel: bool = 
         if r.container and r.node in containers:
             containers[r.node].append(r.container)
     gathered = fan_out(((i, i) for i in hosts if i in runners),
-                       lambda i: _node(runners[i], hosts[i], containers[i], kernel=kernel, ray=ray))
+                       lambda i: _node(runners[i], hosts[i], containers[i], kernel=kernel, ray=ray, since=since))
     out = Collection()
     for i, exc in gathered.errors.items():
         message = exc.message if isinstance(exc, ForkliftError) else str(exc)

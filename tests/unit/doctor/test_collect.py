@@ -19,7 +19,7 @@ def _record() -> Any:
     recipe = Recipe.model_validate({
         "model": {"source": "/m"},
         "nodes": [{"host": "node-a", "ssh": "root@10.0.0.1"}, {"host": "node-b", "ssh": "root@10.0.0.2"}],
-        "parallel": {"pp": 2},
+        "parallel": {"pp": 2, "backend": "ray"},
     })
     ranks = [RankState(rank=0, host="node-a", pid=1, log_path="/runs/r/rank0.log", node_index=0),
              RankState(rank=1, host="node-b", pid=2, log_path="/runs/r/rank1.log", node_index=1)]
@@ -71,3 +71,16 @@ def test_an_unreachable_node_becomes_a_line_and_the_others_are_still_read() -> N
 def test_meminfo_parsing() -> None:
     assert meminfo(MEMINFO) == (6553600 * 1024, 131072000 * 1024)
     assert meminfo("garbage") is None
+
+
+def test_kernel_lines_from_before_the_run_are_left_out() -> None:
+    import time
+
+    from forklift.cluster.collect import since_filter
+
+    lines = ["[Mon Nov 30 10:00:00 2026] Out of memory: Killed process 1 (old)",
+             "[Mon Nov 30 12:00:00 2026] Out of memory: Killed process 2 (this run)",
+             "a line without a time"]
+    since = time.mktime(time.strptime("Mon Nov 30 11:00:00 2026", "%a %b %d %H:%M:%S %Y"))
+    assert since_filter(lines, since) == lines[1:]
+    assert since_filter(lines, None) == lines
