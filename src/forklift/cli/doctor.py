@@ -101,7 +101,7 @@ def _context(record: Any, mem: dict[str, tuple[int, int]]) -> Context:
     )
 
 
-def _run_sources(name: str) -> tuple[list[Source], Context]:
+def _run_sources(name: str) -> tuple[list[Source], Context, dict[str, list[str]]]:
     from forklift import record as records
     from forklift.cluster import collect as gather
     from forklift.cluster.stop import record_runners
@@ -114,17 +114,18 @@ def _run_sources(name: str) -> tuple[list[Source], Context]:
     if not sources:
         raise DoctorError(f"run {name}: nothing could be read from its nodes",
                           fix=f"Check the nodes answer over SSH (`forklift status {name}`).")
-    return sources, _context(record, got.mem_available)
+    return sources, _context(record, got.mem_available), got.read()
 
 
-def _sources(inputs: list[str], version: str | None) -> tuple[list[Source], Context | None]:
+def _sources(inputs: list[str], version: str | None) -> tuple[list[Source], Context | None, dict[str, list[str]]]:
+    """The sources to read, the run's context, and (for a run) what was read on each node."""
     if not inputs:
         from forklift import record as records
 
         return _run_sources(records.resolve_name(None))
     if len(inputs) == 1 and inputs[0] != "-" and "/" not in inputs[0] and not Path(inputs[0]).exists():
         return _run_sources(inputs[0])
-    return _file_sources(inputs), Context(vllm_version=version) if version else None
+    return _file_sources(inputs), Context(vllm_version=version) if version else None, {}
 
 
 def _attach_plan(report: Report, recipe_ref: str) -> tuple[Report, str | None]:
@@ -177,7 +178,7 @@ def doctor_cmd(
     Exit code: 1 when it names a failure (or is unsure between candidates), 0 when none, 2 on bad input.
     """
     try:
-        sources, ctx = _sources(list(inputs or []), vllm_version)
+        sources, ctx, collected = _sources(list(inputs or []), vllm_version)
         report = diagnose_sources(sources, ctx, threshold=threshold)
         planner_note = None
         if recipe:
@@ -191,6 +192,8 @@ def doctor_cmd(
     if json_out:
         data = report.to_json()
         data["sources"] = [s.label for s in sources]
+        if collected:
+            data["collected"] = collected
         data["checks"] = [c.to_json() for c in to_checks(report)]
         if planner_note:
             data["planner_note"] = planner_note

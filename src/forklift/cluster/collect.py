@@ -57,6 +57,13 @@ class Collection:
     def hosts(self) -> list[str]:
         return sorted({p.host for p in self.pieces} | set(self.unreachable))
 
+    def read(self) -> dict[str, list[str]]:
+        """Per host, what was read (a kernel log with nothing since the run started still counts)."""
+        out: dict[str, list[str]] = {}
+        for p in self.pieces:
+            out.setdefault(p.host, []).append(p.label)
+        return out
+
 
 def meminfo(text: str) -> tuple[int, int] | None:
     found = re.finditer(r"^(MemAvailable|MemTotal):\s+(\d+) kB", text, re.M)
@@ -98,9 +105,9 @@ def _kernel_log(runner: Runner, host: str, since: float | None) -> Piece | None:
         res = runner.run(argv, timeout=TIMEOUT_S)
         label = "journalctl -k"
         lines = res.stdout.splitlines() if res.returncode == 0 else []
-    if not any(x.strip() for x in lines):
+    if res.returncode != 0:
         return None
-    return Piece(host, label, "\n".join(lines[-KERNEL_LINES:]))
+    return Piece(host, label, "\n".join(lines[-KERNEL_LINES:]))  # empty: read, nothing since the start
 
 
 def _ray_logs(runner: Runner, host: str, containers: list[str]) -> list[Piece]:
