@@ -142,11 +142,20 @@ def _node(runner: Runner, host: str, containers: list[str], *, kernel: bool, ray
     return pieces, figures
 
 
-def _rank_log(runner: Runner, rank: RankState) -> Piece:
+def _rank_log(runner: Runner, rank: RankState, status: str | None) -> list[Piece]:
+    """The rank's log; and, while the run should be up, a line when its process is gone (a killed rank leaves
+    the others waiting with no error in any log)."""
     res = runner.run(["tail", "-c", str(RANK_LOG_BYTES), rank.log_path], timeout=TIMEOUT_S)
     text = res.stdout if res.returncode == 0 else ""
     label = f"rank {rank.rank} log" if rank.role == "engine" else f"rank {rank.rank} {rank.role} log"
-    return Piece(rank.host, label, text, rank.log_path)
+    out = [Piece(rank.host, label, text, rank.log_path)]
+    if status in ("ready", "starting") and rank.pid and not rank.container:
+        alive = runner.run(["kill", "-0", str(rank.pid)], timeout=TIMEOUT_S).returncode == 0
+        if not alive:
+            out.append(Piece(rank.host, f"rank {rank.rank} process",
+                             f"forklift: rank {rank.rank} on {rank.host} is not running (pid {rank.pid}) while the "
+                             f"run is {status}"))
+    return out
 
 
 def collect(record: RunRecord, runners: Mapping[int, Runner], *, kernel: bool = True, ray: bool = True,
@@ -175,7 +184,8 @@ def collect(record: RunRecord, runners: Mapping[int, Runner], *, kernel: bool = 
         if figures:
             out.mem_available[hosts[i]] = figures
     reachable = [r for r in record.ranks if r.node in gathered.results]
-    logs = fan_out(((k, r) for k, r in enumerate(reachable)), lambda r: _rank_log(runners[r.node], r))
+    status = getattr(record, "status", None)
+    logs = fan_out(((k, r) for k, r in enumerate(reachable)), lambda r: _rank_log(runners[r.node], r, status))
     for k in sorted(logs.results):
-        out.pieces.append(logs.results[k])
+        out.pieces.extend(logs.results[k])
     return out

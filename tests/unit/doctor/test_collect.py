@@ -84,3 +84,29 @@ def test_kernel_lines_from_before_the_run_are_left_out() -> None:
     since = time.mktime(time.strptime("Mon Nov 30 11:00:00 2026", "%a %b %d %H:%M:%S %Y"))
     assert since_filter(lines, since) == lines[1:]
     assert since_filter(lines, None) == lines
+
+
+def test_a_dead_rank_of_a_running_run_is_named_and_diagnosed() -> None:
+    from forklift.doctor import Source, diagnose_sources, scan_text
+
+    def quiet(host: str, log: str) -> FakeRunner:
+        r = FakeRunner(host=host)
+        r.on(["cat", "/proc/meminfo"], stdout=MEMINFO).on(["tail", "-c"], stdout=log)
+        return r
+
+    record = _record()
+    record.status = "ready"
+    a, b = quiet("node-a", "INFO: 10.0.0.1 - POST /v1/chat/completions 200 OK\n"), quiet("node-b", "")
+    b.on(["kill", "-0"], returncode=1)
+    got = collect(record, {0: a, 1: b})
+    gone = [p.text for p in got.pieces if p.label == "rank 1 process"]
+    assert gone == ["forklift: rank 1 on node-b is not running (pid 2) while the run is ready"]
+    assert not [p for p in got.pieces if p.label == "rank 0 process"]
+    report = diagnose_sources([Source(p.label, scan_text([p.text]), p.host) for p in got.pieces if p.text.strip()])
+    assert report.top is not None and report.top.rule == "rank-process-gone" and report.top.host == "node-b"
+    # with the kernel's OOM kill on that node in view, the kill is the better answer
+    oom = _node("node-b", "")
+    oom.on(["kill", "-0"], returncode=1)
+    got = collect(record, {0: a, 1: oom})
+    report = diagnose_sources([Source(p.label, scan_text([p.text]), p.host) for p in got.pieces if p.text.strip()])
+    assert report.top is not None and report.top.category == "oom_host_unified_memory"
