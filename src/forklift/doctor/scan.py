@@ -27,7 +27,7 @@ HEAD_CONTEXT = 60
 """Of a long (screened) input's head, these first lines stay whatever they hold (banner, arguments)."""
 TAIL_LINES = 300
 TAIL_BYTES = 256 << 10
-MAX_KEPT = 40_000
+MAX_KEPT = 10_000
 """Kept lines beyond the head: the first half and the last half of them are kept when there are more."""
 SNIFF_BYTES = 64 << 10
 
