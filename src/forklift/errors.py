@@ -50,6 +50,18 @@ class ModelNotFoundError(ModelError):
     """A model path or id that does not resolve to files on disk."""
 
 
+class HubError(ModelError):
+    """The Hugging Face Hub (or HF_ENDPOINT's mirror) refused a request or could not be read."""
+
+
+class TransferError(ForkliftError):
+    """Copying weights or an image to a node failed, or what arrived does not match its source."""
+
+    def __init__(self, message: str, *, host: str | None = None, fix: str | None = None) -> None:
+        self.host = host
+        super().__init__(message, fix=fix)
+
+
 class UnknownArchitectureError(ModelError):
     """A config.json the planner cannot describe."""
 
@@ -64,6 +76,16 @@ class PlanError(ForkliftError):
 
 class DoesNotFitError(PlanError):
     """The model plus one max_model_len request does not fit in the planned memory."""
+
+
+class SpeculativeConfigError(PlanError):
+    """A speculative config that vLLM rejects, or that breaks, with this layout and release (before any start).
+
+    ``findings`` are the rules that refused it (``forklift.speculative.rules.Finding``), each with its source."""
+
+    def __init__(self, message: str, *, fix: str | None = None, findings: Sequence[object] = ()) -> None:
+        self.findings = list(findings)
+        super().__init__(message, fix=fix)
 
 
 class EngineError(ForkliftError):
@@ -185,6 +207,19 @@ class CheckError(ForkliftError):
 
 class BenchError(ForkliftError):
     """A benchmark could not run at all (exit 2; a run cut short by a dying server exits 3)."""
+
+    exit_code = 2
+
+
+class CompareError(ForkliftError):
+    """Two saved results cannot be read or compared (exit 2)."""
+
+    exit_code = 2
+
+
+class CanaryError(ForkliftError):
+    """A canary could not run at all: no baseline run, no saved results, nowhere to put the candidate (exit 2).
+    A candidate that regresses or breaks is a verdict, not this error."""
 
     exit_code = 2
 

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,8 +51,8 @@ class Daemon:
                               timeout=timeout)
 
 
-def start(ns: str, tmp: Path, tag: str, timeout_s: float = 60) -> Daemon:
-    """dockerd in namespace ns; returns once it answers."""
+def start(ns: str, tmp: Path, tag: str, timeout_s: float = 60, extra_args: Sequence[str] = ()) -> Daemon:
+    """dockerd in namespace ns (``extra_args`` appended, e.g. --insecure-registry); returns once it answers."""
     data_root, exec_root = tmp / "docker-data", Path(f"/run/fl-dk-{tag}")
     data_root.mkdir(parents=True, exist_ok=True)
     sock = f"/run/fl-dk-{tag}.sock"
@@ -59,7 +60,7 @@ def start(ns: str, tmp: Path, tag: str, timeout_s: float = 60) -> Daemon:
     proc = subprocess.Popen(
         ["nsenter", f"--net=/var/run/netns/{ns}", DOCKERD, "--host", f"unix://{sock}", "--data-root", str(data_root),
          "--exec-root", str(exec_root), "--pidfile", str(tmp / "dockerd.pid"), "--bridge", "none",
-         "--iptables=false", "--ip-masq=false", "--ip-forward=false"],
+         "--iptables=false", "--ip-masq=false", "--ip-forward=false", *extra_args],
         stdout=log, stderr=subprocess.STDOUT)
     daemon = Daemon(sock, proc, data_root, exec_root)
     deadline = time.monotonic() + timeout_s

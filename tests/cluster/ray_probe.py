@@ -16,8 +16,8 @@ import secrets
 import sys
 import time
 
-from forklift.cluster.hosts import runners_for
 from forklift.cluster.start import node_paths, prepare_nodes, ray_node_count, start_ray_cluster
+from forklift.launch.hosts import runners_for
 from forklift.launch.render import render
 from forklift.plan import for_launch
 from forklift.recipe import resolve

@@ -2,17 +2,24 @@
 through its own node's Docker daemon (host network and IPC, model/cache/launcher mounts, named and labelled
 with the run id), the bundled model answers with pp=2 across both containers, the API key reaches the engine
 without ever being on a command line, logs are read over SSH, and `down` removes both containers by name.
+The recipe's patches are applied and verified inside the container before vLLM is imported (the run record
+keeps the file hashes the container logged), and a patch that does not apply stops the start with doctor's
+finding before vLLM loads.
 
 forklift runs in namespace A; node-a (10.231.0.1) and node-b (10.231.0.2) each run sshd and their own dockerd.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,3 +158,137 @@ def test_pp2_in_containers_on_two_nodes_serves_with_a_key_and_down_removes_them(
     assert not [r["pid"] for r in ranks.values() if _running(r["pid"])]  # the `docker run` clients are gone
     again = forklift(net, "down", "dk")
     assert again.returncode == 0 and "not running" in again.stdout
+
+
+# --- patches in the container ------------------------------------------------------------------------------
+
+VLLM_LOG_RE = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d")
+"""vLLM's logger ('INFO 11-30 21:50:01 [...]'); import-time prints ('Triton is installed ...') come first."""
+KV_REL = "model_executor/layers/quantization/kv_cache.py"
+MAIN_REL = "entrypoints/cli/main.py"
+RAN = "fl-test-marker: patched vLLM code ran"
+MARKER_PATCH = f"""id: fl-test-marker
+description: Test only. vLLM's CLI main prints a line first, so the log shows the patched code is what ran.
+vllm: ">=0.32,<0.33"
+files:
+  - module: vllm.entrypoints.cli.main
+    edits:
+      - function: main
+        old: "    if maybe_run_omni():\\n"
+        new: "    print('{RAN}', flush=True)\\n    if maybe_run_omni():\\n"
+    verify:
+      - function: main
+        contains: "{RAN}"
+"""
+DRIFT_PATCH = """id: fl-test-drift
+description: Test only. Its anchor is not in vLLM 0.32.0.
+vllm: ">=0.32,<0.33"
+files:
+  - module: vllm.entrypoints.cli.main
+    edits:
+      - function: main
+        old: "    if no_such_line_in_vllm():\\n"
+        new: "    pass\\n"
+    verify:
+      - function: main
+        contains: "pass"
+"""
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _writable_vllm(net: NetCluster, tag: str) -> tuple[Path, Path]:
+    """(this venv's vllm package, a hard-linked copy the container mounts over it read-write): patches replace
+    files in the copy (atomic renames), never the venv's own."""
+    spec = importlib.util.find_spec("vllm")
+    assert spec is not None and spec.submodule_search_locations
+    src = Path(list(spec.submodule_search_locations)[0])
+    dest = net.tmp / f"vllm-rw-{tag}" / "vllm"
+    dest.parent.mkdir()
+    subprocess.run(["cp", "-al", str(src), str(dest)], check=True, timeout=300)
+    return src, dest
+
+
+def _patched_recipe(net: NetCluster, name: str, patches: list[str], vllm_copy: Path, vllm_src: Path) -> Path:
+    home = net.tmp / "home" / "patches"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "fl-test-marker.yaml").write_text(MARKER_PATCH)
+    (home / "fl-test-drift.yaml").write_text(DRIFT_PATCH)
+    mounts = [*dockerd.python_mounts(), f"{vllm_copy}:{vllm_src}"]
+    path = net.tmp / f"{name}.yaml"
+    path.write_text(f"""
+model: {{source: "bundled:smollm2-135m-instruct", served_name: smollm2}}
+runtime:
+  kind: docker
+  image: {dockerd.IMAGE}
+  gpus: null
+  python: {sys.executable}
+  mounts: {json.dumps(mounts)}
+nodes:
+  - {{host: node-a, ssh: root@10.231.0.1, data_ip: 10.231.0.1}}
+serve: {{host: 10.231.0.1, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 1}}
+network: {{gloo_socket_ifname: fl0}}
+timeouts: {{ready_s: 900}}
+patches: {json.dumps(patches)}
+""")
+    return path
+
+
+def test_patches_are_applied_and_verified_in_the_container_before_vllm_starts(docker_net: DockerNet) -> None:
+    net, _daemons = docker_net
+    src, copy = _writable_vllm(net, "ok")
+    pristine = {rel: _sha(src / rel) for rel in (KV_REL, MAIN_REL)}
+    res = forklift(net, "up", str(_patched_recipe(net, "dkp", ["kv-scale-loader-args", "fl-test-marker"], copy, src)),
+                   "--name", "dkp", "--json")
+    assert res.returncode == 0, f"up failed:\n{res.stdout}\n{res.stderr[-4000:]}"
+    record = json.loads((net.tmp / "home" / "runs" / "dkp" / "record.json").read_text())
+    try:
+        patched = {rel: _sha(copy / rel) for rel in (KV_REL, MAIN_REL)}
+        assert {rel: _sha(src / rel) for rel in pristine} == pristine  # the venv itself is untouched
+        assert all(patched[rel] != pristine[rel] for rel in pristine)
+        [rank] = record["ranks"]
+        lines = Path(rank["log_path"]).read_text(errors="replace").splitlines()
+        kv_line = (f"[forklift-patch kv-scale-loader-args] applied to vllm/{KV_REL} (sha256 {patched[KV_REL]}) "
+                   "on vLLM 0.32.0")
+        main_line = (f"[forklift-patch fl-test-marker] applied to vllm/{MAIN_REL} (sha256 {patched[MAIN_REL]}) "
+                     "on vLLM 0.32.0")
+        assert kv_line in lines and main_line in lines, "\n".join(lines[:20])
+        first_vllm = next(i for i, ln in enumerate(lines) if VLLM_LOG_RE.search(ln) or "Triton" in ln)
+        assert lines.index(kv_line) < lines.index(main_line) < first_vllm  # before vLLM was imported
+        assert lines.index(main_line) < lines.index(RAN)  # and the vLLM that ran is the patched one
+        entries = {e["id"]: e for e in record["patches"]}
+        assert set(entries) == {"kv-scale-loader-args", "fl-test-marker"}
+        kv = entries["kv-scale-loader-args"]
+        assert (kv["host"], kv["container"], kv["action"]) == ("node-a", rank["container"], "applied")
+        assert kv["files"] == [{"path": f"vllm/{KV_REL}", "patched_sha256": patched[KV_REL]}]
+        pins = {p["id"]: p for p in record["pins"]["patches"]}
+        assert pins["fl-test-marker"] == {"id": "fl-test-marker", "host": "node-a",
+                                          "files": {f"vllm/{MAIN_REL}": patched[MAIN_REL]}}
+        assert "4" in _chat(net, "What is 2+2?")
+    finally:
+        down = forklift(net, "down", "dkp")
+    assert down.returncode == 0, down.stderr
+
+
+def test_a_patch_that_does_not_apply_stops_the_container_before_vllm_with_doctors_finding(
+        docker_net: DockerNet) -> None:
+    net, daemons = docker_net
+    src, copy = _writable_vllm(net, "drift")
+    before = _sha(copy / MAIN_REL)
+    t0 = time.monotonic()
+    res = forklift(net, "up", str(_patched_recipe(net, "dkd", ["kv-scale-loader-args", "fl-test-drift"], copy, src)),
+                   "--name", "dkd")
+    took = time.monotonic() - t0
+    assert res.returncode != 0
+    assert "[forklift-patch] ERROR (drift): patch fl-test-drift" in res.stderr, res.stderr[-3000:]
+    assert "doctor: A recipe patch did not apply in the container, so vLLM was not started" in res.stderr
+    record = json.loads((net.tmp / "home" / "runs" / "dkd" / "record.json").read_text())
+    assert record["status"] == "failed"
+    log = Path(record["ranks"][0]["log_path"]).read_text(errors="replace")
+    assert "[forklift-patch kv-scale-loader-args] applied to" in log  # the first patch went in, then it stopped
+    assert not VLLM_LOG_RE.search(log) and "Triton" not in log  # vLLM was never imported
+    assert _sha(copy / MAIN_REL) == before
+    assert daemons[0].docker("ps", "-aq", "--filter", f"label=forklift.run_id={record['run_id']}").stdout.strip() == ""
+    print(f"\na patch that drifts fails `up` in {took:.0f} s")

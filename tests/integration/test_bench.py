@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from forklift import bench
+from forklift.endpoint import Target
 from tests.helpers import REPO, forklift, free_port
 from tests.integration.conftest import Served
 
@@ -58,10 +59,11 @@ def test_url_target_with_the_server_tokenizer_and_a_prompt_file(served: Served, 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "What is the capital of France?", "output_len": 5}) + "\n\n"
                        + json.dumps({"prompt": "Name three colors."}) + "\n")
-    target = bench.from_url(served.endpoint)  # no run record: /tokenize gives the client's counts
-    assert target.max_model_len == served.max_model_len and target.tokenizer is None
+    target = Target.from_url(served.endpoint)  # no run record: /tokenize gives the client's counts
     result = bench.run(bench.BenchConfig(concurrency=(1,), output_len=3, requests=2, prompts_file=prompts,
                                          warmup=0), target)
+    assert result.target["max_model_len"] == served.max_model_len  # from the server's /v1/models
+    assert result.target["model"] == served.served_name and result.target["tokenizer"] == "server /tokenize"
     run = result.runs[0]
     assert [r.output_tokens for r in run.records] in ([5, 3], [3, 5])
     assert all(r.prompt_tokens == r.server_prompt_tokens for r in run.records)
@@ -80,6 +82,11 @@ def test_zero_concurrency_is_refused(served: Served) -> None:
     res = forklift("bench", "--url", served.endpoint, "--concurrency", "1,0", home=served.home)
     assert res.returncode == 2
     assert "concurrency 0" in res.stderr and "fix:" in res.stderr
+
+
+def test_a_run_that_does_not_exist(served: Served) -> None:
+    res = forklift("bench", "no-such-run", home=served.home)
+    assert res.returncode == 2 and "RunNotFoundError: no run named 'no-such-run'" in res.stderr
 
 
 def test_prompt_file_with_a_bad_line_names_it(served: Served, tmp_path: Path) -> None:

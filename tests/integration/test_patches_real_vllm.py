@@ -246,7 +246,7 @@ def test_docker_entrypoint_applies_then_execs(installed_copy: Path, tmp_path: Pa
     assert "[forklift-patch kv-scale-loader-args] applied" in run.stderr
     assert patches.verify(patches.dir_tree(installed_copy), patches.get(["kv-scale-loader-args"]))[0].ok
     again = subprocess.run(["sh", str(script), "true"], env=env, capture_output=True, text=True, check=False)
-    assert again.returncode == 0 and "already-applied" in again.stderr
+    assert again.returncode == 0 and "[forklift-patch kv-scale-loader-args] already applied to vllm/" in again.stderr
 
     drifted = tmp_path / "drifted"
     shutil.copytree(installed_copy, drifted)
@@ -262,3 +262,140 @@ def test_docker_entrypoint_applies_then_execs(installed_copy: Path, tmp_path: Pa
                           capture_output=True, text=True, check=False)
     assert stop.returncode == 3 and "must not run" not in stop.stdout
     assert "[forklift-patch] ERROR (drift): patch kv-scale-loader-args" in stop.stderr
+
+
+# --- the docker runtime's launcher: patches applied and verified before vLLM (or a Ray daemon) starts -------
+
+LAUNCHER = Path(__file__).resolve().parents[2] / "src" / "forklift" / "engine" / "vllm_main.py"
+
+
+def _container_files(tmp_path: Path, ids: list[str], *, any_version: bool = False) -> Path:
+    """What `up` writes into a node's run folder and render mounts at /opt/forklift/ (here: a tmp folder)."""
+    from forklift import recipe as recipes
+    from forklift.patches import recipes as recipe_patches
+
+    entries = ", ".join(f"{{id: {i}, any_version: true, because: test}}" if any_version else i for i in ids)
+    r = recipes.load("default", ["runtime={kind: docker, image: x}", f"patches=[{entries}]"])
+    folder = tmp_path / "opt-forklift"
+    folder.mkdir()
+    for name, text in recipe_patches.container_files(r).items():
+        (folder / name).write_text(text)
+    shutil.copy2(LAUNCHER, folder / "vllm_main.py")
+    return folder
+
+
+def test_launcher_applies_before_the_command_runs_and_refuses_to_run_it_on_drift(installed_copy: Path,
+                                                                                 tmp_path: Path) -> None:
+    folder = _container_files(tmp_path, ["safetensors-fadvise-dontneed", "kv-scale-loader-args"])
+    env = {**os.environ, "FORKLIFT_VLLM_DIR": str(installed_copy), "FORKLIFT_PATCHES": str(folder / "patches.json")}
+    cmd = [sys.executable, str(folder / "vllm_main.py"), "--forklift-exec", "sh", "-c", "echo started >&2"]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = run.stderr.splitlines()
+    kv = installed_copy / "model_executor/layers/quantization/kv_cache.py"
+    assert lines == [
+        f"[forklift-patch safetensors-fadvise-dontneed] applied to vllm/model_executor/model_loader/weight_utils.py "
+        f"(sha256 {core.sha256((installed_copy / 'model_executor/model_loader/weight_utils.py').read_bytes())}) "
+        "on vLLM 0.32.0",
+        f"[forklift-patch kv-scale-loader-args] applied to vllm/model_executor/layers/quantization/kv_cache.py "
+        f"(sha256 {core.sha256(kv.read_bytes())}) on vLLM 0.32.0",
+        "started"]
+    assert all(r.ok for r in patches.verify(patches.dir_tree(installed_copy), patches.get(["kv-scale-loader-args"])))
+
+    drifted = tmp_path / "drifted"
+    shutil.copytree(installed_copy, drifted)
+    shutil.rmtree(drifted / core.STATE_DIR)
+    (drifted / "model_executor/layers/quantization/kv_cache.py").write_text(
+        "class KVCacheScaleParameter:\n    @staticmethod\n    def weight_loader(param, w, shard_id):\n        pass\n")
+    stop = subprocess.run([sys.executable, str(folder / "vllm_main.py"), "serve", "/no/model"],
+                          env={**env, "FORKLIFT_VLLM_DIR": str(drifted)}, capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert stop.returncode == 3
+    assert "[forklift-patch] ERROR (drift): patch kv-scale-loader-args" in stop.stderr
+    assert "vLLM was not started" in stop.stderr and "Traceback" not in stop.stderr
+
+
+# --- glm5-reap-dsa-off against the releases in its range -------------------------------------------------
+
+GLM5 = "glm5-reap-dsa-off"
+GLM5_RELEASES = ["0.21.0", "0.25.0", "0.28.0"]
+"""The range's edges and the first release that drops indexer weights itself (all of 0.21.0 to 0.28.0 were
+checked with `forklift patch check`; these three keep the test's downloads small)."""
+GLM5_REL = "model_executor/models/deepseek_v2.py"
+REAP_CONFIG = Path(__file__).resolve().parents[2] / "src/forklift/model/configs/glm-5.2-nvfp4-reap-469b.json"
+
+
+@pytest.fixture(scope="session")
+def glm5_archives() -> dict[str, Path]:
+    try:
+        return {v: releases.fetch(v) for v in GLM5_RELEASES}
+    except PatchError as exc:
+        pytest.skip(f"vLLM release archives not cached and not downloadable ({exc})")
+
+
+def test_glm5_patch_is_applicable_on_every_checked_release_in_its_range(glm5_archives: dict[str, Path]) -> None:
+    (glm5,) = patches.get([GLM5])
+    report = patches.check_releases(GLM5_RELEASES, [glm5])
+    for v in GLM5_RELEASES:
+        cell = report.cells[(GLM5, v)]
+        assert (cell.status, cell.in_range) == ("applicable", True), (v, [f.problems for f in cell.files])
+        assert [f.rel for f in cell.files] == [GLM5_REL]
+
+
+def _functions(source: str, names: list[str], ns: dict[str, object]) -> dict[str, object]:
+    """Module-level functions of a patched file, compiled from its own text."""
+    tree = ast.parse(source)
+    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+    assert sorted(n.name for n in body) == sorted(names)
+    exec(compile(ast.Module(body=body, type_ignores=[]), "deepseek_v2", "exec"), ns)  # noqa: S102
+    return {n: ns[n] for n in names}
+
+
+def test_glm5_patch_on_0_21_takes_the_expert_count_from_the_checkpoint(glm5_archives: dict[str, Path],
+                                                                       tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig
+
+    releases.extract_files(glm5_archives["0.21.0"], [GLM5_REL, "_version.py"], tmp_path / "rel")
+    root = tmp_path / "rel" / "vllm"
+    before = snapshot(root)
+    tree = patches.dir_tree(root)
+    assert tree.version == "0.21.0"
+    done = patches.apply(tree, patches.get([GLM5]))
+    assert [a.action for a in done] == ["applied"]
+    text = (root / GLM5_REL).read_text()
+    assert text.count("and not _forklift_dsa_disabled()") == 2  # MLA attention and the model: no indexer built
+    model = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "DeepseekV2Model")
+    assert [ast.unparse(d) for d in model.decorator_list] == ["support_torch_compile"]  # kept its decorator
+    fns = _functions(text, ["_forklift_dsa_disabled", "_forklift_checkpoint_routed_experts"],
+                     {"logger": logging.getLogger("deepseek_v2"), "VllmConfig": object})
+
+    # A REAP checkpoint's config.json with the unpruned count still under num_experts (as REAP cuts of GLM-5.2
+    # ship it): transformers' GlmMoeDsaConfig lets that stale key win.
+    ckpt = tmp_path / "GLM-5.2-NVFP4-REAP-469B"
+    ckpt.mkdir()
+    raw = json.loads(REAP_CONFIG.read_text())
+    assert raw["n_routed_experts"] == 156
+    (ckpt / "config.json").write_text(json.dumps({**raw, "num_experts": 256}))
+    cfg = AutoConfig.from_pretrained(ckpt)
+    assert cfg.n_routed_experts == 256
+    vllm_config = SimpleNamespace(model_config=SimpleNamespace(model=str(ckpt)))
+    fns["_forklift_checkpoint_routed_experts"](vllm_config, cfg)  # type: ignore[operator]
+    assert cfg.n_routed_experts == 156
+    (ckpt / "config.json").write_text(json.dumps(raw))
+    clean = AutoConfig.from_pretrained(ckpt)
+    fns["_forklift_checkpoint_routed_experts"](vllm_config, clean)  # type: ignore[operator]
+    assert clean.n_routed_experts == 156
+    hub = SimpleNamespace(model_config=SimpleNamespace(model="0xSero/GLM-5.2-NVFP4-REAP-469B"))
+    fns["_forklift_checkpoint_routed_experts"](hub, cfg)  # type: ignore[operator]  # no local file: left alone
+
+    monkeypatch.delenv("VLLM_DISABLE_DSA", raising=False)
+    assert fns["_forklift_dsa_disabled"]() is False  # type: ignore[operator]  # upstream behaviour by default
+    monkeypatch.setenv("VLLM_DISABLE_DSA", "1")
+    assert fns["_forklift_dsa_disabled"]() is True  # type: ignore[operator]
+
+    patches.revert(tree, patches.get([GLM5]))
+    assert snapshot(root) == before

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -38,10 +39,10 @@ def _port_free(port: int) -> bool:
 
 
 def test_shared_server_answers_known_prompt(served: Served) -> None:
-    res = forklift("chat", "--name", served.name, "--json", "What is the capital of France?", home=served.home)
+    res = forklift("chat", "--name", served.name, "--json", "What is 2+2?", home=served.home)
     assert res.returncode == 0, res.stderr
     answer = json.loads(res.stdout)["answer"]
-    assert "Paris" in answer
+    assert re.search(r"\b4\b|four", answer), answer
 
 
 def test_status_json_has_endpoint_and_alive_rank(served: Served) -> None:

@@ -1,7 +1,8 @@
 """One streamed completion over httpx, timed per chunk the way ``vllm bench serve`` times it.
 
 The parser splits the byte stream into server-sent events itself (no line iterator, no per-line
-decoding): this is the client's hot loop, measured by ``benchmarks/client_ceiling.py``.
+decoding): this is the client's hot loop, measured by ``benchmarks/client_ceiling.py``. What an event
+means (a choice, the finish reason, usage, an error, ``[DONE]``) is decided by ``forklift.endpoint.sse``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from forklift.endpoint import sse
 
 # Errors that mean the server (or the path to it) is gone, not that one request was refused.
 FATAL_ERRORS: tuple[type[httpx.TransportError], ...] = (
@@ -79,46 +82,40 @@ class SseParser:
         self._buf = b""
 
     def _event(self, event: bytes, now: float) -> None:
-        # Fast path for vLLM's compact token events: one data line, a non-empty choices list, no usage
-        # or error. They only need a timestamp; the JSON is left unparsed (the text is not a metric).
-        if (event.startswith(b"data: {") and b"\n" not in event and b'"choices":[{' in event
-                and b'"usage":{' not in event and b'"error"' not in event and b'"finish_reason":null' in event):
+        # Fast path for vLLM's compact token events: they only need a timestamp; the JSON is left unparsed
+        # (the text is not a metric). sse.plain_token_event says when parsing would tell nothing more.
+        if sse.plain_token_event(event):
             self._out.chunk_times.append(now)
             return
-        for line in event.split(b"\n"):
-            if not line.startswith(b"data:"):
+        for line in event.decode("utf-8", "replace").split("\n"):
+            data = sse.payload(line)
+            if not data:
                 continue  # comments (": ping"), event names, blank lines
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
+            if data == sse.DONE:
                 self._out.done = True
                 continue
             try:
-                obj = json.loads(payload)
-            except ValueError:
-                self._out.error = f"unparseable stream event: {payload[:120]!r}"
+                chunk = sse.parse(data)
+            except sse.BadEvent:
+                self._out.error = f"unparseable stream event: {data[:120]!r}"
                 continue
-            self._message(obj, now)
+            self._chunk(chunk, now)
 
-    def _message(self, obj: Mapping[str, Any], now: float) -> None:
+    def _chunk(self, chunk: sse.Chunk, now: float) -> None:
         out = self._out
-        choices = obj.get("choices")
-        if choices:
-            choice = choices[0]
+        if chunk.choice:
             out.chunk_times.append(now)  # a choice chunk counts even with empty text (vLLM's rule)
-            reason = choice.get("finish_reason")
-            if reason:
-                out.finish_reason = reason
-        usage = obj.get("usage")
-        if usage:
-            out.usage = usage
-        error = obj.get("error")
-        if error:
-            out.error = str(error.get("message", error) if isinstance(error, dict) else error)
+        out.finish_reason = chunk.finish_reason or out.finish_reason
+        if chunk.usage:
+            out.usage = dict(chunk.usage)
+        if chunk.error:
+            out.error = chunk.error
 
 
 async def stream_request(client: httpx.AsyncClient, url: str, body: bytes,
                          headers: Mapping[str, str] | None = None) -> StreamOutcome:
-    """POST ``body`` (JSON bytes with ``"stream": true``) to ``url`` and time every chunk.
+    """POST ``body`` (JSON bytes with ``"stream": true``) to ``url`` (relative to the client's base URL) and
+    time every chunk.
 
     Never raises for HTTP or transport problems: they land in ``error`` (``fatal`` for transport errors
     that mean the server is unreachable).

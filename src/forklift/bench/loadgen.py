@@ -7,78 +7,33 @@ import itertools
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Literal, cast
 
 import httpx
 
 from forklift.bench import server_metrics
 from forklift.bench.client import StreamOutcome, completion_body, stream_request
+from forklift.bench.config import BenchConfig
 from forklift.bench.result import BenchResult, RequestRecord, RunResult, single_stream
-from forklift.bench.stats import Slo, inter_token_latencies
-from forklift.bench.target import Target
-from forklift.bench.workload import (
-    HFTokenizer,
-    Prompt,
-    ServerTokenizer,
-    Tokenizer,
-    check_lengths,
-    fixed_length_prompts,
-    load_prompt_file,
-)
-from forklift.errors import BenchError
+from forklift.bench.roofline import planned_roofline
+from forklift.bench.stats import inter_token_latencies
+from forklift.bench.workload import Prompt, check_lengths, fixed_length_prompts, load_prompt_file
+from forklift.endpoint import Endpoint, Target, Tokenizer, tokenizer_for
+from forklift.errors import BenchError, EndpointError
+from forklift.speculative import workload as spec_workload
 
 _POOL_CAP = 256  # distinct prompts built up front when the count is open-ended (duration mode)
 
 
 @dataclass(frozen=True)
-class BenchConfig:
-    """What to run. ``concurrency`` entries of None mean unbounded (only sensible with ``rate``)."""
+class Served:
+    """The target as the server described it: the model to load and the context it holds."""
 
-    concurrency: tuple[int | None, ...] = (1,)
-    input_len: int = 128
-    output_len: int = 64
-    requests: int | None = 16
-    duration_s: float | None = None
-    rate: float | None = None
-    prompts_file: Path | None = None
-    warmup: int = 1
-    slo: Slo = field(default_factory=Slo)
-    request_timeout_s: float = 600.0
-    seed: int = 0
-    ignore_eos: bool = True
-
-    def validate(self) -> None:
-        if not self.concurrency:
-            raise BenchError("no concurrency levels given", fix="Pass --concurrency 1,2,4.")
-        for c in self.concurrency:
-            if c is not None and c < 1:
-                raise BenchError(f"concurrency {c} is not a positive number of streams",
-                                 fix="Pass levels of 1 or more, for example --concurrency 1,2,4.")
-            if c is None and self.rate is None:
-                raise BenchError("unbounded concurrency needs a request rate", fix="Pass --rate R.")
-        if self.requests is None and self.duration_s is None:
-            raise BenchError("neither a request count nor a duration", fix="Pass --requests N or --duration S.")
-        if self.requests is not None and self.requests < 1:
-            raise BenchError(f"--requests {self.requests} is below 1", fix="Pass --requests 1 or more.")
-        if self.duration_s is not None and self.duration_s <= 0:
-            raise BenchError(f"--duration {self.duration_s} is not positive", fix="Pass --duration 10 or more.")
-        if self.rate is not None and self.rate <= 0:
-            raise BenchError(f"--rate {self.rate} is not positive", fix="Pass a rate in requests per second > 0.")
-        if self.input_len < 1 and self.prompts_file is None:
-            raise BenchError(f"--input-len {self.input_len} is below 1", fix="Pass --input-len 1 or more.")
-        if self.output_len < 1:
-            raise BenchError(f"--output-len {self.output_len} is below 1", fix="Pass --output-len 1 or more.")
-        if self.warmup < 0:
-            raise BenchError(f"--warmup {self.warmup} is negative", fix="Pass --warmup 0 or more.")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"concurrency": list(self.concurrency), "input_len": self.input_len, "output_len": self.output_len,
-                "requests": self.requests, "duration_s": self.duration_s, "rate": self.rate,
-                "prompts_file": str(self.prompts_file) if self.prompts_file else None, "warmup": self.warmup,
-                "slo": self.slo.to_json(), "seed": self.seed, "ignore_eos": self.ignore_eos,
-                "api": "/v1/completions (streamed, include_usage)"}
+    target: Target
+    model: str
+    max_model_len: int | None
+    tokenizer: str = "none"
 
 
 @dataclass(frozen=True)
@@ -103,31 +58,58 @@ def _noop(_: Progress) -> None:
     return None
 
 
-def _tokenizer(target: Target) -> Tokenizer:
-    if target.tokenizer:
-        return HFTokenizer(target.tokenizer)
-    tok = ServerTokenizer(target.base_url, target.model, headers=target.headers)
-    try:
-        tok.encode("probe", special=True)
-    except BenchError:
-        tok.close()
-        raise
-    return tok
+def discover(endpoint: Endpoint, target: Target) -> Served:
+    """The model to load (the one named, else the only one served) and the server's context length."""
+    found = endpoint.discover(target.model)
+    if not found.served:
+        raise BenchError(f"{endpoint.where} does not serve {found.model!r} (it serves {', '.join(found.names)})",
+                         fix=f"Pass --model {found.names[0]}." if found.names else "Check the server's startup log.")
+    return Served(target, found.model, found.max_model_len or target.max_model_len)
 
 
-def build_prompts(config: BenchConfig, target: Target, tok: Tokenizer | None) -> list[Prompt]:
+def build_prompts(config: BenchConfig, max_model_len: int | None, tok: Tokenizer | None) -> list[Prompt]:
     """Every prompt the benchmark will send, warm-up first; refuses ones that do not fit the context."""
     if config.prompts_file is not None:
         prompts = load_prompt_file(config.prompts_file, config.output_len, tok)
-        check_lengths(prompts, target.max_model_len)
+        check_lengths(prompts, max_model_len)
         return prompts
-    if tok is None:
-        raise BenchError("fixed-length prompts need a tokenizer", fix="Pass --tokenizer PATH or --prompts FILE.")
     if config.requests is not None and config.duration_s is None:
         count = config.warmup + config.requests * len(config.concurrency)
     else:
         count = _POOL_CAP
+    if config.workload is not None:
+        return repetitive_prompts(config, max_model_len, tok, min(count, 4 * _POOL_CAP))
+    if tok is None:
+        raise BenchError("fixed-length prompts need a tokenizer: the server has no /tokenize and the model's "
+                         "tokenizer is not on this machine", fix="Pass --tokenizer PATH or --prompts FILE.")
     return fixed_length_prompts(tok, min(count, 4 * _POOL_CAP), config.input_len, config.output_len, config.seed)
+
+
+def repetitive_prompts(config: BenchConfig, max_model_len: int | None, tok: Tokenizer | None,
+                       count: int) -> list[Prompt]:
+    """``count`` prompts of the repetitive workload, each over its own module (so prefix caching does not turn
+    later requests into copies of the first), sized by the client's tokenizer when there is one."""
+    kind = cast(spec_workload.Kind, config.workload)
+    out = [Prompt(text=p.text, output_len=config.output_len,
+                  prompt_tokens=len(tok.encode(p.text, special=True)) if tok is not None else None,
+                  source=f"{kind}#{config.seed + i}")
+           for i, p in enumerate(spec_workload.prompts(kind, count, seed=config.seed))]
+    check_lengths(out, max_model_len)
+    return out
+
+
+def prepare(endpoint: Endpoint, target: Target, config: BenchConfig) -> tuple[Served, list[Prompt]]:
+    """Discovery, the length check, the tokenizer and every prompt: everything before the first request."""
+    served = discover(endpoint, target)
+    _check_fixed_lengths(config, served.max_model_len)
+    try:
+        tok = tokenizer_for(endpoint, target, served.model)
+    except EndpointError:
+        if config.prompts_file is None and config.workload is None:
+            raise
+        tok = None  # a prompt file or a repetitive workload can run without client-side token counts
+    served = replace(served, tokenizer=tok.source if tok else "none")
+    return served, build_prompts(config, served.max_model_len, tok)
 
 
 def _record(outcome: StreamOutcome, prompt: Prompt, t0: float) -> RequestRecord:
@@ -154,10 +136,10 @@ def _record(outcome: StreamOutcome, prompt: Prompt, t0: float) -> RequestRecord:
 class _Level:
     """One run at one concurrency level."""
 
-    def __init__(self, client: httpx.AsyncClient, target: Target, config: BenchConfig, prompts: Iterator[Prompt],
+    def __init__(self, client: httpx.AsyncClient, model: str, config: BenchConfig, prompts: Iterator[Prompt],
                  index: int, concurrency: int | None, on_event: OnEvent) -> None:
         self.client = client
-        self.target = target
+        self.model = model
         self.config = config
         self.prompts = prompts
         self.index = index
@@ -166,8 +148,8 @@ class _Level:
         self.records: list[RequestRecord] = []
         self.outcomes: list[tuple[StreamOutcome, Prompt]] = []
         self.fatal: str | None = None
-        self.url = f"{target.base_url}/v1/completions"
-        self.headers = {"Content-Type": "application/json", **target.headers}
+        self.url = "/v1/completions"
+        self.headers = {"Content-Type": "application/json"}
 
     def _progress(self, t0: float, phase: Literal["warmup", "run"], total: int | None) -> None:
         failed = sum(1 for r in self.records if not r.ok)
@@ -177,7 +159,7 @@ class _Level:
     async def _one(self, prompt: Prompt, t0: float, sem: asyncio.Semaphore | None,
                    phase: Literal["warmup", "run"], total: int | None) -> None:
         try:
-            body = completion_body(self.target.model, prompt.text, prompt.output_len,
+            body = completion_body(self.model, prompt.text, prompt.output_len,
                                    ignore_eos=self.config.ignore_eos)
             outcome = await stream_request(self.client, self.url, body, self.headers)
             self.outcomes.append((outcome, prompt))
@@ -228,11 +210,11 @@ class _Level:
         return time.perf_counter() - t0
 
 
-async def _scrape(target: Target) -> tuple[server_metrics.Snapshot | None, str | None]:
-    return await asyncio.to_thread(server_metrics.scrape, target.base_url, target.model, headers=target.headers)
+async def _scrape(endpoint: Endpoint, model: str) -> tuple[server_metrics.Snapshot | None, str | None]:
+    return await asyncio.to_thread(server_metrics.scrape, endpoint, model)
 
 
-async def _counters(target: Target, before: server_metrics.Snapshot | None, before_note: str | None,
+async def _counters(endpoint: Endpoint, model: str, before: server_metrics.Snapshot | None, before_note: str | None,
                     records: Sequence[RequestRecord], fatal: str | None) -> server_metrics.CounterCheck:
     """Compare the client's totals with the counter deltas, re-scraping briefly while the server catches up."""
     client_prompt = sum(r.prompt_tokens or 0 for r in records if r.ok or r.chunks)
@@ -241,7 +223,7 @@ async def _counters(target: Target, before: server_metrics.Snapshot | None, befo
         return server_metrics.compare(None, None, client_prompt, client_gen, note=before_note)
     check = server_metrics.compare(before, None, client_prompt, client_gen)
     for attempt in range(6):
-        after, why = await _scrape(target)
+        after, why = await _scrape(endpoint, model)
         if after is None:
             note = why if fatal is None else f"{why} (after: {fatal})"
             return server_metrics.compare(None, None, client_prompt, client_gen, note=note)
@@ -255,7 +237,7 @@ async def _counters(target: Target, before: server_metrics.Snapshot | None, befo
 
 def _check_fixed_lengths(config: BenchConfig, max_model_len: int | None) -> None:
     """Refuse fixed lengths the context cannot hold, before building any prompt."""
-    if config.prompts_file is not None or max_model_len is None:
+    if config.prompts_file is not None or config.workload is not None or max_model_len is None:
         return
     if config.input_len + config.output_len > max_model_len:
         raise BenchError(
@@ -264,62 +246,63 @@ def _check_fixed_lengths(config: BenchConfig, max_model_len: int | None) -> None
             fix=f"Lower --output-len or --input-len so that input + output <= {max_model_len}.")
 
 
-async def run_async(config: BenchConfig, target: Target, on_event: OnEvent | None = None) -> BenchResult:
-    """Run the whole benchmark. Raises BenchError only when it cannot start; a server that dies mid-run
-    gives a result with ``aborted`` set and the finished requests kept (their run marked ``partial``)."""
-    config.validate()
-    emit = on_event or _noop
-    started = time.time()
-    _check_fixed_lengths(config, target.max_model_len)
-    emit(Progress("prepare", 0, None, 0, None, 0.0, None, message="building prompts"))
-    tok: Tokenizer | None
-    try:
-        tok = _tokenizer(target)
-    except BenchError:
-        if config.prompts_file is None:
-            raise
-        tok = None  # a prompt file can run without client-side token counts
-    try:
-        prompts = await asyncio.to_thread(build_prompts, config, target, tok)
-    finally:
-        if isinstance(tok, ServerTokenizer):
-            tok.close()
+async def _warm_up(client: httpx.AsyncClient, served: Served, config: BenchConfig, prompts: Iterator[Prompt],
+                   emit: OnEvent) -> None:
+    warm = _Level(client, served.model, config, prompts, -1, 1, emit)
+    await warm.run(config.warmup, None, phase="warmup")
+    if warm.fatal:
+        raise BenchError(f"warm-up failed: {warm.fatal}", fix="Check the server with `forklift status`.")
+    bad = [r.error for r in warm.records if r.error]
+    if bad and len(bad) == len(warm.records):
+        raise BenchError(f"every warm-up request failed: {bad[0]}",
+                         fix="Check the model name, lengths and the server log.")
+
+
+async def _levels(endpoint: Endpoint, served: Served, config: BenchConfig, prompts: list[Prompt],
+                  emit: OnEvent) -> tuple[list[RunResult], str | None, list[int | None]]:
+    """Warm-up, then each concurrency level; a server that dies ends the run (later levels are skipped)."""
     cycle = itertools.cycle(prompts)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     timeout = httpx.Timeout(config.request_timeout_s, connect=10.0)
     runs: list[RunResult] = []
     aborted: str | None = None
     skipped: list[int | None] = []
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    async with endpoint.async_client(timeout=timeout, limits=limits) as client:
         if config.warmup:
-            warm = _Level(client, target, config, cycle, -1, 1, emit)
-            await warm.run(config.warmup, None, phase="warmup")
-            if warm.fatal:
-                raise BenchError(f"warm-up failed: {warm.fatal}", fix="Check the server with `forklift status`.")
-            bad = [r.error for r in warm.records if r.error]
-            if bad and len(bad) == len(warm.records):
-                raise BenchError(f"every warm-up request failed: {bad[0]}",
-                                 fix="Check the model name, lengths and the server log.")
+            await _warm_up(client, served, config, cycle, emit)
         for index, conc in enumerate(config.concurrency):
             if aborted is not None:
                 skipped.append(conc)
                 continue
-            before, before_note = await _scrape(target)
-            level = _Level(client, target, config, cycle, index, conc, emit)
+            before, before_note = await _scrape(endpoint, served.model)
+            level = _Level(client, served.model, config, cycle, index, conc, emit)
             duration = await level.run(config.requests, config.duration_s)
-            counters = await _counters(target, before, before_note, level.records, level.fatal)
+            counters = await _counters(endpoint, served.model, before, before_note, level.records, level.fatal)
             runs.append(RunResult(concurrency=conc, rate=config.rate, duration_s=duration,
                                   records=tuple(sorted(level.records, key=lambda r: r.start)), slo=config.slo,
                                   counters=counters, partial=level.fatal is not None, stop_reason=level.fatal))
-            if level.fatal is not None:
-                aborted = level.fatal
+            aborted = level.fatal
+    return runs, aborted, skipped
+
+
+async def run_async(config: BenchConfig, target: Target, on_event: OnEvent | None = None) -> BenchResult:
+    """Run the whole benchmark. Raises BenchError (or EndpointError) only when it cannot start; a server that dies
+    mid-run gives a result with ``aborted`` set and the finished requests kept (their run marked ``partial``)."""
+    config.validate()
+    emit = on_event or _noop
+    started = time.time()
+    with Endpoint.of(target) as endpoint:
+        emit(Progress("prepare", 0, None, 0, None, 0.0, None, message="building prompts"))
+        served, prompts = await asyncio.to_thread(prepare, endpoint, target, config)
+        runs, aborted, skipped = await _levels(endpoint, served, config, prompts, emit)
     emit(Progress("done", len(runs), None, 0, None, time.time() - started, None))
+    roofline = planned_roofline(target.record)
     return BenchResult(
-        target={"base_url": target.base_url, "model": target.model, "run": target.run_name,
-                "max_model_len": target.max_model_len, "tokenizer": target.tokenizer or "server /tokenize"},
+        target={"base_url": target.base_url, "model": served.model, "run": target.run_name,
+                "max_model_len": served.max_model_len, "tokenizer": served.tokenizer},
         settings=config.to_json(),
         runs=tuple(runs),
-        single_stream=single_stream(runs, target.roofline.decode_tok_s, target.roofline.source),
+        single_stream=single_stream(runs, roofline.decode_tok_s, roofline.source),
         started_at=started,
         aborted=aborted,
         skipped_levels=tuple(skipped),

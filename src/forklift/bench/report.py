@@ -16,17 +16,13 @@ def _label(run: RunResult) -> str:
     return f"c={c}" + (f", {run.rate:g} req/s" if run.rate else "")
 
 
-def _plots(result: BenchResult, out: Path) -> list[tuple[str, str]]:
-    import matplotlib
+def _save(plt: Any, fig: Any, out: Path, name: str) -> None:
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=100)
+    plt.close(fig)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    made: list[tuple[str, str]] = []
-    runs = [r for r in result.runs if r.completed]
-    if not runs:
-        return made
-
+def _latency_cdfs(plt: Any, runs: list[RunResult], out: Path) -> tuple[str, str]:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for ax, (name, attr) in zip(axes, (("TTFT", "ttft"), ("TPOT", "tpot"), ("E2E latency", "e2e")), strict=True):
         for run in runs:
@@ -39,33 +35,31 @@ def _plots(result: BenchResult, out: Path) -> list[tuple[str, str]]:
         ax.set_title(f"{name} CDF")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "latency_cdf.png", dpi=100)
-    plt.close(fig)
-    made.append(("latency_cdf.png", "Latency CDFs per run"))
+    _save(plt, fig, out, "latency_cdf.png")
+    return "latency_cdf.png", "Latency CDFs per run"
 
-    points = [r for r in runs if r.output_tok_s is not None and r.tpot is not None]
-    if points:
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-        xs = [r.concurrency if r.concurrency is not None else r.completed for r in points]
-        ax1.plot(xs, [r.output_tok_s or 0.0 for r in points], marker="o", label="output tok/s")
-        ax1.set_xlabel("concurrency")
-        ax1.set_ylabel("output tokens / s")
-        ax1.set_title("Throughput vs concurrency")
-        ax1.grid(alpha=0.3)
-        tpot_p50 = [r.tpot.p50 if r.tpot else 0.0 for r in points]
-        ax2.plot([r.output_tok_s or 0.0 for r in points], tpot_p50, marker="o")
-        for x, y, r in zip([r.output_tok_s or 0.0 for r in points], tpot_p50, points, strict=True):
-            ax2.annotate(_label(r), (x, y), fontsize=8, textcoords="offset points", xytext=(4, 4))
-        ax2.set_xlabel("output tokens / s")
-        ax2.set_ylabel("TPOT p50 (ms)")
-        ax2.set_title("Throughput vs latency")
-        ax2.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / "throughput.png", dpi=100)
-        plt.close(fig)
-        made.append(("throughput.png", "Throughput against concurrency and against latency"))
 
+def _throughput(plt: Any, points: list[RunResult], out: Path) -> tuple[str, str]:
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    xs = [r.concurrency if r.concurrency is not None else r.completed for r in points]
+    ax1.plot(xs, [r.output_tok_s or 0.0 for r in points], marker="o", label="output tok/s")
+    ax1.set_xlabel("concurrency")
+    ax1.set_ylabel("output tokens / s")
+    ax1.set_title("Throughput vs concurrency")
+    ax1.grid(alpha=0.3)
+    tpot_p50 = [r.tpot.p50 if r.tpot else 0.0 for r in points]
+    ax2.plot([r.output_tok_s or 0.0 for r in points], tpot_p50, marker="o")
+    for x, y, r in zip([r.output_tok_s or 0.0 for r in points], tpot_p50, points, strict=True):
+        ax2.annotate(_label(r), (x, y), fontsize=8, textcoords="offset points", xytext=(4, 4))
+    ax2.set_xlabel("output tokens / s")
+    ax2.set_ylabel("TPOT p50 (ms)")
+    ax2.set_title("Throughput vs latency")
+    ax2.grid(alpha=0.3)
+    _save(plt, fig, out, "throughput.png")
+    return "throughput.png", "Throughput against concurrency and against latency"
+
+
+def _ttft_vs_input(plt: Any, runs: list[RunResult], out: Path) -> tuple[str, str]:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for run in runs:
         pts = [(rec.prompt_tokens, rec.ttft * 1000.0) for rec in run.ok_records
@@ -77,10 +71,25 @@ def _plots(result: BenchResult, out: Path) -> list[tuple[str, str]]:
     ax.set_title("TTFT vs input length")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "ttft_vs_input.png", dpi=100)
-    plt.close(fig)
-    made.append(("ttft_vs_input.png", "TTFT against input length"))
+    _save(plt, fig, out, "ttft_vs_input.png")
+    return "ttft_vs_input.png", "TTFT against input length"
+
+
+def _plots(result: BenchResult, out: Path) -> list[tuple[str, str]]:
+    """The report's figures, written beside it: (file name, caption) each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in result.runs if r.completed]
+    if not runs:
+        return []
+    made = [_latency_cdfs(plt, runs, out)]
+    points = [r for r in runs if r.output_tok_s is not None and r.tpot is not None]
+    if points:
+        made.append(_throughput(plt, points, out))
+    made.append(_ttft_vs_input(plt, runs, out))
     return made
 
 

@@ -42,7 +42,7 @@ class RequestRecord:
         return {"start_s": self.start, "input_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
                 "chunks": self.chunks, "ttft_ms": ms(self.ttft), "tpot_ms": ms(self.tpot), "e2e_ms": ms(self.e2e),
                 "server_input_tokens": self.server_prompt_tokens, "server_output_tokens": self.server_output_tokens,
-                "error": self.error}
+                "itl_ms": [gap * 1000.0 for gap in self.itl], "error": self.error}
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from forklift.endpoint import Endpoint
+from forklift.speculative import metrics as spec_metrics
 
 PROMPT = "vllm:prompt_tokens"
 GENERATION = "vllm:generation_tokens"
@@ -53,17 +55,13 @@ def parse(text: str, model: str | None = None) -> Snapshot:
     return Snapshot(counters=totals, accepted_per_pos=per_pos)
 
 
-def scrape(base_url: str, model: str | None = None, *, timeout: float = 10.0,
-           headers: Mapping[str, str] | None = None) -> tuple[Snapshot | None, str | None]:
+def scrape(endpoint: Endpoint, model: str | None = None) -> tuple[Snapshot | None, str | None]:
     """GET ``/metrics``; returns (snapshot, None) or (None, why it is unavailable). Never raises."""
+    text, why = endpoint.metrics()
+    if text is None:
+        return None, why
     try:
-        resp = httpx.get(f"{base_url}/metrics", timeout=timeout, headers=dict(headers or {}))
-    except httpx.HTTPError as exc:
-        return None, f"GET /metrics failed: {type(exc).__name__}: {exc}"
-    if resp.status_code != 200:
-        return None, f"GET /metrics answered HTTP {resp.status_code}"
-    try:
-        snap = parse(resp.text, model)
+        snap = parse(text, model)
     except ValueError as exc:
         return None, f"/metrics is not Prometheus text: {exc}"
     if PROMPT not in snap.counters and GENERATION not in snap.counters:
@@ -113,25 +111,16 @@ def _delta(before: Snapshot, after: Snapshot, name: str) -> float | None:
 
 
 def spec_decode_stats(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
-    """Acceptance over the window, as ``vllm bench serve`` reports it; None without spec-decode counters."""
+    """Acceptance over the window, as ``vllm bench serve`` reports it, plus tokens per step and draft coverage
+    (``forklift.speculative.metrics``); None without spec-decode counters."""
     drafts = _delta(before, after, SPEC_DRAFTS)
     draft_tokens = _delta(before, after, SPEC_DRAFT_TOKENS)
     accepted = _delta(before, after, SPEC_ACCEPTED)
     if drafts is None or draft_tokens is None or accepted is None:
         return None
-    per_pos = {
-        pos: after.accepted_per_pos[pos] - before.accepted_per_pos.get(pos, 0.0)
-        for pos in sorted(after.accepted_per_pos)
-    }
-    return {
-        "num_drafts": drafts,
-        "num_draft_tokens": draft_tokens,
-        "num_accepted_tokens": accepted,
-        "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
-        # Mean tokens per verification step: the bonus token plus the accepted drafts.
-        "acceptance_length": 1.0 + accepted / drafts if drafts else None,
-        "per_position_acceptance_rate": [v / drafts if drafts else None for v in per_pos.values()],
-    }
+    per_pos = [after.accepted_per_pos[pos] - before.accepted_per_pos.get(pos, 0.0)
+               for pos in sorted(after.accepted_per_pos)]
+    return spec_metrics.summarize(drafts, draft_tokens, accepted, per_pos, _delta(before, after, GENERATION))
 
 
 def compare(before: Snapshot | None, after: Snapshot | None, client_prompt: int, client_generation: int,

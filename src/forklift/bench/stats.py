@@ -17,6 +17,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from forklift.bench.options import flag
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0..100) with linear interpolation between closest ranks.
@@ -84,9 +86,9 @@ def time_per_output_token(e2e: float, ttft: float, output_tokens: int) -> float 
 class Slo:
     """Service-level objectives in milliseconds; None means no objective on that metric."""
 
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_ms: float | None = None
+    ttft_ms: float | None = flag(None, "--slo-ttft-ms", "Goodput SLO on TTFT.", positive=True)
+    tpot_ms: float | None = flag(None, "--slo-tpot-ms", "Goodput SLO on TPOT.", positive=True)
+    e2e_ms: float | None = flag(None, "--slo-e2e-ms", "Goodput SLO on E2E latency.", positive=True)
 
     @property
     def any(self) -> bool:

@@ -1,7 +1,6 @@
 """What to send: prompts exact in the model's tokens, or a JSONL prompt file.
 
-A tokenizer is either the model's own (transformers ``AutoTokenizer`` from the run record's model path)
-or the server's (vLLM's ``/tokenize`` and ``/detokenize``), behind one small protocol.
+The tokenizer is ``forklift.endpoint``'s: the model's own when its files are here, else the server's.
 """
 
 from __future__ import annotations
@@ -11,10 +10,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
-import httpx
-
+from forklift.endpoint import Tokenizer
 from forklift.errors import BenchError
 
 # Ordinary English, tokenized once: prompts are random sequences of its tokens, so no special or
@@ -29,70 +26,6 @@ _SEED_TEXT = (
     "battery charge of each truck and the time the ships leave the quay. Numbers matter here: 14 docks, "
     "38 aisles, 2,500 pallet places, 7 shifts a week. When the system works, nobody notices it at all."
 )
-
-
-class Tokenizer(Protocol):
-    """The two operations workloads need. ``special`` adds the tokens the server adds (BOS, ...)."""
-
-    def encode(self, text: str, *, special: bool) -> list[int]: ...
-
-    def decode(self, ids: Sequence[int]) -> str: ...
-
-
-class HFTokenizer:
-    """The model's tokenizer via transformers, loaded from a local path (or a hub id already cached)."""
-
-    def __init__(self, source: str) -> None:
-        try:
-            from transformers import AutoTokenizer
-        except ImportError as exc:  # pragma: no cover - transformers is a dependency of vllm
-            raise BenchError("transformers is not installed", fix="pip install transformers") from exc
-        try:
-            self._tok = AutoTokenizer.from_pretrained(source)
-        except (OSError, ValueError) as exc:
-            raise BenchError(f"cannot load the tokenizer from {source}: {exc}",
-                             fix="Pass --tokenizer PATH to a model directory with tokenizer files.") from exc
-        self.source = source
-
-    def encode(self, text: str, *, special: bool) -> list[int]:
-        return list(self._tok(text, add_special_tokens=special)["input_ids"])
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self._tok.decode(list(ids)))
-
-
-class ServerTokenizer:
-    """vLLM's ``/tokenize`` and ``/detokenize`` endpoints: the server's own tokenizer, for URL targets."""
-
-    def __init__(self, base_url: str, model: str, headers: dict[str, str] | None = None,
-                 timeout: float = 30.0) -> None:
-        self.source = f"{base_url}/tokenize"
-        self._base = base_url
-        self._model = model
-        self._client = httpx.Client(timeout=timeout, headers=headers)
-
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            resp = self._client.post(f"{self._base}{path}", json=body)
-        except httpx.HTTPError as exc:
-            raise BenchError(f"{self._base}{path}: {exc}", fix="Check that the server is up.") from exc
-        if resp.status_code != 200:
-            raise BenchError(
-                f"{self._base}{path} answered HTTP {resp.status_code}: {resp.text[:200]}",
-                fix="This server has no vLLM tokenizer endpoint; pass --tokenizer PATH, or use --prompts FILE.",
-            )
-        data: dict[str, Any] = resp.json()
-        return data
-
-    def encode(self, text: str, *, special: bool) -> list[int]:
-        data = self._post("/tokenize", {"model": self._model, "prompt": text, "add_special_tokens": special})
-        return [int(t) for t in data["tokens"]]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self._post("/detokenize", {"model": self._model, "tokens": list(ids)})["prompt"])
-
-    def close(self) -> None:
-        self._client.close()
 
 
 @dataclass(frozen=True)

@@ -1,27 +1,45 @@
 """Acceptance checks: does a deployment really work, not just answer /health.
 
-Each check is a small function over a :class:`Session` returning a :class:`CheckResult`; :func:`run` runs a tier.
+Each check is a small function over a :class:`Session` returning a :class:`forklift.results.CheckResult`;
+:func:`run` runs a tier against a :class:`forklift.endpoint.Target` and returns a :class:`Report`.
+
+Names are imported on first use: the suite needs the ``openai`` client, which ``forklift check --help`` does not.
 """
 
-from forklift.check.parity import Transcript
-from forklift.check.result import CHECK_IDS, CheckId, CheckResult, Evidence, Report, Status, Tier
-from forklift.check.runner import Options, plan, run, save_reference
-from forklift.check.target import Target, from_record, from_url
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from forklift.check.parity import Transcript, reference_from
+    from forklift.check.result import CHECK_IDS, CheckId, Report, Tier
+    from forklift.check.runner import Options, plan, run, save_reference
+
+_HOMES = {
+    "CHECK_IDS": "result", "CheckId": "result", "Options": "runner", "Report": "result", "Tier": "result",
+    "Transcript": "parity", "plan": "runner", "reference_from": "parity", "run": "runner",
+    "save_reference": "runner",
+}
 
 __all__ = [
     "CHECK_IDS",
     "CheckId",
-    "CheckResult",
-    "Evidence",
     "Options",
     "Report",
-    "Status",
-    "Target",
     "Tier",
     "Transcript",
-    "from_record",
-    "from_url",
     "plan",
+    "reference_from",
     "run",
     "save_reference",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'forklift.check' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"forklift.check.{home}"), name)
+    globals()[name] = value
+    return value

@@ -10,15 +10,15 @@ from typing import Any
 import openai
 from openai import Omit
 
-from forklift.check.result import CheckResult, Evidence
 from forklift.check.session import RequestFailed, Session
+from forklift.results import CheckResult, Evidence
 
 MESSAGES = [{"role": "user", "content": "Say hello."}]
 
 
 def refused(ev: Evidence) -> bool:
     """Whether a failed request was an authentication refusal (401/403)."""
-    return ev.response.startswith(("HTTP 401", "HTTP 403"))
+    return (ev.response or "").startswith(("HTTP 401", "HTTP 403"))
 
 
 def check_auth(s: Session) -> CheckResult:
@@ -46,16 +46,16 @@ def check_auth(s: Session) -> CheckResult:
         except RequestFailed as exc:
             evidence.append(exc.evidence)
             if not refused(exc.evidence):
-                problems.append(f"{label}: failed but not with 401/403: {exc.evidence.response[:80]}")
+                problems.append(f"{label}: failed but not with 401/403: {exc.response[:80]}")
     try:
         _, ev = s.chat(f"key from ${s.target.api_key_env}", **body)
         evidence.append(ev)
     except RequestFailed as exc:
         evidence.append(exc.evidence)
-        problems.append(f"with the key: {exc.evidence.response[:80]}")
+        problems.append(f"with the key: {exc.response[:80]}")
     seconds = time.monotonic() - t0
     if problems:
-        return CheckResult("auth", "fail", "; ".join(problems), evidence, seconds=seconds,
+        return CheckResult("auth", "fail", "; ".join(problems), evidence=evidence, seconds=seconds,
                            fix="Start the server with the key (serve.api_key_env) and pass the same variable here.")
-    return CheckResult("auth", "pass", "unauthenticated and wrong-key requests refused with 401; the key works",
-                       evidence, seconds=seconds)
+    return CheckResult("auth", "ok", "unauthenticated and wrong-key requests refused with 401; the key works",
+                       evidence=evidence, seconds=seconds)

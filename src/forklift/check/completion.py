@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from openai.types.chat import ChatCompletion
 
-from forklift.check.result import CheckResult, Evidence
 from forklift.check.session import RequestFailed, Session, message_reasoning
+from forklift.results import CheckResult, Evidence
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def check_completion(s: Session) -> CheckResult:
                               max_tokens=budget, temperature=0)
         except RequestFailed as exc:
             evidence.append(exc.evidence)
-            hard.append(f"{known.prompt!r}: request failed: {exc.evidence.response}")
+            hard.append(f"{known.prompt!r}: request failed: {exc.response}")
             continue
         evidence.append(ev)
         problems, right = score(resp, known)
@@ -87,14 +87,14 @@ def check_completion(s: Session) -> CheckResult:
     if hard:
         fix = ("Raise max_tokens or check the reasoning parser." if any("reasoning" in h for h in hard)
                else "Look at the evidence; `forklift logs` shows the engine side.")
-        return CheckResult("completion", "fail", "; ".join(hard), evidence, fix=fix, seconds=seconds)
+        return CheckResult("completion", "fail", "; ".join(hard), evidence=evidence, fix=fix, seconds=seconds)
     if len(wrong) * 2 > n:
         return CheckResult("completion", "fail", f"{n - len(wrong)}/{n} known answers right; wrong: "
-                           + ", ".join(repr(w) for w in wrong), evidence,
+                           + ", ".join(repr(w) for w in wrong), evidence=evidence,
                            fix="Check the chat template and the weights (a wrong template gives fluent nonsense).",
                            seconds=seconds)
     if wrong:
         return CheckResult("completion", "warn", f"{n - len(wrong)}/{n} known answers right; wrong: "
-                           + ", ".join(repr(w) for w in wrong), evidence, seconds=seconds)
-    return CheckResult("completion", "pass", f"{n}/{n} known answers right, finish_reason stop, usage consistent",
-                       evidence, seconds=seconds)
+                           + ", ".join(repr(w) for w in wrong), evidence=evidence, seconds=seconds)
+    return CheckResult("completion", "ok", f"{n}/{n} known answers right, finish_reason stop, usage consistent",
+                       evidence=evidence, seconds=seconds)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from forklift.check.result import CheckResult
 from forklift.check.session import Session
+from forklift.results import CheckResult
 
 
 def score_models(listing: list[dict[str, Any]], model: str, expected_max_model_len: int | None) -> list[str]:
@@ -49,15 +49,16 @@ def check_endpoint(s: Session) -> CheckResult:
         fix = "The engine is unhealthy: see `forklift logs` and `forklift doctor`."
     seconds = time.monotonic() - t0
     if problems:
-        return CheckResult("endpoint", "fail", "; ".join(problems), evidence, fix=fix, seconds=seconds, details=details)
+        return CheckResult("endpoint", "fail", "; ".join(problems), evidence=evidence, fix=fix, seconds=seconds,
+                           details=details)
     listed = s.discovery.max_model_len
     summary = f"/health 200; '{s.model}' listed with max_model_len {listed}"
     if s.target.max_model_len is not None:
         summary += " (as expected)"
     if warnings:
-        return CheckResult("endpoint", "warn", summary + "; " + "; ".join(warnings), evidence, seconds=seconds,
+        return CheckResult("endpoint", "warn", summary + "; " + "; ".join(warnings), evidence=evidence, seconds=seconds,
                            details=details)
-    return CheckResult("endpoint", "pass", summary, evidence, seconds=seconds, details=details)
+    return CheckResult("endpoint", "ok", summary, evidence=evidence, seconds=seconds, details=details)
 
 
 def _data(body: Any) -> list[dict[str, Any]]:

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from forklift.check.result import CheckResult, Evidence
 from forklift.check.session import RequestFailed, Session
-from forklift.check.tokens import Messages, Tokenizer, tokenizer_for
+from forklift.endpoint.tokens import Messages, Tokenizer, tokenizer_for
 from forklift.errors import CheckError
+from forklift.results import CheckResult, Evidence
 
 ANSWER_TOKENS = 24
 MIN_LENGTH = 128
@@ -168,10 +168,11 @@ def check_needle(s: Session, lengths: Sequence[int] | None = None, depths: Seque
                                fix="Pass --needle-lengths.", seconds=time.monotonic() - t0)
         lengths = default_lengths(max_len)
     validate(lengths, depths, max_len)
-    tok = tokenizer_for(s.http, s.model, s.target.model_path)
+    tok = tokenizer_for(s.endpoint, s.target, s.model)
     if tok is None:
         return CheckResult("needle", "skip", "cannot count the model's tokens exactly: no /tokenize on the server "
-                           "and no local tokenizer", fix="Check a run record on this machine, or a vLLM server.",
+                           "and the model's tokenizer is not on this machine",
+                           fix="Check a run record whose weights are on this machine, or a vLLM server.",
                            seconds=time.monotonic() - t0)
     rng = rng or random.Random()
     ids = filler_ids(tok, max(lengths) + 64)
@@ -187,7 +188,7 @@ def check_needle(s: Session, lengths: Sequence[int] | None = None, depths: Seque
                 resp, ev = s.chat(label, messages=msgs, max_tokens=ANSWER_TOKENS, temperature=0)
             except RequestFailed as exc:
                 evidence.append(exc.evidence)
-                cells.append(Cell(length, depth, count, None, code, exc.evidence.response, False,
+                cells.append(Cell(length, depth, count, None, code, exc.response, False,
                                   time.monotonic() - c0))
                 continue
             answer = (resp.choices[0].message.content or "") if resp.choices else ""
@@ -219,8 +220,8 @@ def score(cells: list[Cell], lengths: list[int], depths: list[float], token_sour
     if inexact:
         summary += f"; {len(inexact)} prompt(s) not exactly the asked length"
     if missed:
-        return CheckResult("needle", "fail", summary, evidence, seconds=seconds, details=details,
+        return CheckResult("needle", "fail", summary, evidence=evidence, seconds=seconds, details=details,
                            fix="Recall fails at these lengths and depths: check rope scaling / max_model_len, the KV "
                                "cache dtype, and compare with a reference deployment (--reference).")
-    return CheckResult("needle", "pass", summary + f" (lengths {lengths}, depths {depths})", evidence,
+    return CheckResult("needle", "ok", summary + f" (lengths {lengths}, depths {depths})", evidence=evidence,
                        seconds=seconds, details=details)

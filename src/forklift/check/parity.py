@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forklift.check.result import CheckResult, Evidence, Status, worst
 from forklift.check.session import RequestFailed, Session
-from forklift.check.target import base_version
-from forklift.errors import CheckError
+from forklift.endpoint.target import Target, base_version
+from forklift.errors import CheckError, RunError
+from forklift.results import CheckResult, Evidence, Status, worst
 
 FORMAT = "forklift-transcript/1"
 PROMPTS: tuple[str, ...] = ("What is 2+2?", "Name three colors.", "What is the capital of France?")
@@ -92,7 +92,7 @@ def record_transcript(s: Session) -> Transcript:
     try:
         answers, _ = greedy_answers(s)
     except RequestFailed as exc:
-        raise CheckError(f"cannot record a transcript: {exc.evidence.response}",
+        raise CheckError(f"cannot record a transcript: {exc.response}",
                          fix="Run `forklift check` to see what fails.") from exc
     return Transcript(answers, s.target.describe(), _settings(s))
 
@@ -148,7 +148,7 @@ def compare(ours: list[Answer], reference: Transcript) -> tuple[Status, str, dic
         row: dict[str, Any] = {"prompt": ref.prompt, "identical": div is None, "ours": mine.text,
                                "reference": ref.text}
         if div is None:
-            statuses.append("pass")
+            statuses.append("ok")
         else:
             late = div.unit == "token" and div.index >= LATE_DIVERGENCE
             statuses.append("warn" if late else "fail")
@@ -184,14 +184,14 @@ def check_parity(s: Session, reference: Transcript | Session | None) -> CheckRes
         evidence += our_ev
     except RequestFailed as exc:
         evidence.append(exc.evidence)
-        return CheckResult("parity", "fail", f"request failed: {exc.evidence.response}", evidence,
+        return CheckResult("parity", "fail", f"request failed: {exc.response}", evidence=evidence,
                            seconds=time.monotonic() - t0)
     status, summary, details = compare(ours, transcript)
     diff = settings_diff(_settings(s), transcript.settings)
     details["settings_differ"] = diff
     details["reference"] = transcript.target
     fix = None
-    if status != "pass":
+    if status != "ok":
         if diff:
             summary += "; settings that differ (here vs reference): " + ", ".join(
                 f"{k} {v[0]!r} vs {v[1]!r}" for k, v in diff.items())
@@ -203,4 +203,23 @@ def check_parity(s: Session, reference: Transcript | Session | None) -> CheckRes
         else:
             summary += "; no setting differs between the two sides"
             fix = "Same settings, different greedy output: suspect nondeterminism or a broken layer split; see doctor."
-    return CheckResult("parity", status, summary, evidence, fix=fix, seconds=time.monotonic() - t0, details=details)
+    return CheckResult("parity", status, summary, evidence=evidence, fix=fix, seconds=time.monotonic() - t0,
+                       details=details)
+
+
+def reference_from(value: str, *, api_key_env: str | None = None) -> Path | Target:
+    """``--reference``: a transcript file, a URL, or the name of another run."""
+    from forklift import record as records
+
+    path = Path(value).expanduser()
+    if path.is_file():
+        return path
+    if value.startswith(("http://", "https://")):
+        return Target.from_url(value, api_key_env=api_key_env)
+    try:
+        rec = records.load(value)
+    except RunError as exc:
+        raise CheckError(f"--reference {value!r} is not a file, a URL, or a run name",
+                         fix="Pass a transcript written by --save-reference, http://HOST:PORT, or a run from "
+                             "`forklift status`.") from exc
+    return Target.from_record(rec, api_key_env=api_key_env)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from openai.types.chat import ChatCompletion
 
-from forklift.check.result import CheckResult, Evidence, Status, worst
 from forklift.check.session import RequestFailed, Session, message_reasoning, reasoning_field
+from forklift.results import CheckResult, Evidence, Status, worst
 
 PROMPT = "What is 17 * 23? Answer with the number only."
 SMALL_BUDGET = 16
@@ -43,11 +43,11 @@ def score_small(a: Answer) -> tuple[Status, str]:
     if leaks(a):
         return "fail", f"reasoning markers {leaks(a)} leaked into content"
     if a.finish_reason == "length" and not a.content.strip() and a.reasoning:
-        return "pass", (f"{SMALL_BUDGET}-token budget: finish_reason length, content empty, reasoning present: "
+        return "ok", (f"{SMALL_BUDGET}-token budget: finish_reason length, content empty, reasoning present: "
                         "too small a max_tokens, recognised (raise max_tokens), not broken")
     if a.finish_reason == "length" and not a.reasoning and not a.content.strip():
         return "fail", f"{SMALL_BUDGET}-token budget: finish_reason length with neither reasoning nor content"
-    return "pass", f"{SMALL_BUDGET}-token budget: finish_reason {a.finish_reason}, content {a.content[:40]!r}"
+    return "ok", f"{SMALL_BUDGET}-token budget: finish_reason {a.finish_reason}, content {a.content[:40]!r}"
 
 
 def score_adequate(a: Answer) -> tuple[Status, str]:
@@ -63,7 +63,7 @@ def score_adequate(a: Answer) -> tuple[Status, str]:
         return "warn", "content but no reasoning field: is the reasoning parser configured?"
     if a.reasoning.strip() and a.reasoning.strip() in a.content:
         return "fail", "the reasoning text is repeated inside content"
-    return "pass", f"{ADEQUATE_BUDGET}-token budget: reasoning in '{a.field}', content {a.content[:40]!r}"
+    return "ok", f"{ADEQUATE_BUDGET}-token budget: reasoning in '{a.field}', content {a.content[:40]!r}"
 
 
 def check_reasoning(s: Session) -> CheckResult:
@@ -79,24 +79,25 @@ def check_reasoning(s: Session) -> CheckResult:
             if not first.reasoning:
                 if leaks(first):
                     return CheckResult("reasoning", "warn", f"no reasoning parser, and reasoning markers "
-                                       f"{leaks(first)} appear in content", evidence, seconds=time.monotonic() - t0,
+                                       f"{leaks(first)} appear in content", evidence=evidence,
+                                       seconds=time.monotonic() - t0,
                                        fix="Serve with the model's reasoning parser (serve.reasoning_parser).")
                 return CheckResult("reasoning", "skip", "no reasoning parser configured and the model returned no "
-                                   "reasoning", evidence, seconds=time.monotonic() - t0)
+                                   "reasoning", evidence=evidence, seconds=time.monotonic() - t0)
         big, ev = s.chat(f"max_tokens {ADEQUATE_BUDGET}", messages=msgs, max_tokens=ADEQUATE_BUDGET, temperature=0)
         evidence.append(ev)
         small_resp, ev = s.chat(f"max_tokens {SMALL_BUDGET}", messages=msgs, max_tokens=SMALL_BUDGET, temperature=0)
         evidence.append(ev)
     except RequestFailed as exc:
         evidence.append(exc.evidence)
-        return CheckResult("reasoning", "fail", f"request failed: {exc.evidence.response}", evidence,
+        return CheckResult("reasoning", "fail", f"request failed: {exc.response}", evidence=evidence,
                            seconds=time.monotonic() - t0)
     adequate = Answer.of(big)
     results = [score_adequate(adequate), score_small(Answer.of(small_resp))]
     status = worst([r[0] for r in results])
     fix = None
-    if status != "pass":
+    if status != "ok":
         fix = ("Reasoning models need a generous max_tokens (512+); check serve.reasoning_parser matches the model "
                "so reasoning goes to the reasoning field, not content.")
-    return CheckResult("reasoning", status, "; ".join(r[1] for r in results), evidence, fix=fix,
+    return CheckResult("reasoning", status, "; ".join(r[1] for r in results), evidence=evidence, fix=fix,
                        seconds=time.monotonic() - t0, details={"field": adequate.field})

@@ -17,11 +17,13 @@ from forklift.check.endpoint import check_endpoint
 from forklift.check.needle import check_needle
 from forklift.check.parity import Transcript, check_parity
 from forklift.check.reasoning import check_reasoning
-from forklift.check.result import CHECK_IDS, CheckId, CheckResult, Report, Tier
+from forklift.check.result import CHECK_IDS, CheckId, Report, Tier
 from forklift.check.session import DEFAULT_TIMEOUT_S, Session, open_session
+from forklift.check.speculative import check_speculative
 from forklift.check.streaming import check_streaming
-from forklift.check.target import Target
 from forklift.check.tools import check_tools
+from forklift.endpoint import Target
+from forklift.results import CheckResult
 
 QUICK: tuple[CheckId, ...] = ("endpoint", "completion", "streaming", "tools", "auth")
 NEEDLE_TIMEOUT_S = 1800.0
@@ -67,6 +69,9 @@ def _run_one(check_id: CheckId, s: Session, opts: Options, reference: Transcript
             slow.close()
     if check_id == "parity":
         return check_parity(s, reference)
+    if check_id == "speculative":
+        return check_speculative(s.endpoint, s.model, configured=(s.target.settings or {}).get("serve.speculative"),
+                                 max_model_len=s.target.max_model_len or s.discovery.max_model_len)
     return check_auth(s)
 
 
@@ -84,8 +89,9 @@ def _guarded(check_id: CheckId, s: Session, opts: Options, reference: Transcript
 def run(target: Target, tier: Tier = "quick", opts: Options | None = None,
         on_start: Callable[[CheckId], None] | None = None,
         on_result: Callable[[CheckResult], None] | None = None) -> Report:
-    """Run the tier's checks against the target. Raises CheckError when the target cannot be checked at all
-    (unreachable, not OpenAI-compatible, bad arguments); a check that runs and fails is a verdict, not an error."""
+    """Run the tier's checks against the target. Raises CheckError or EndpointError when the target cannot be
+    checked at all (unreachable, not OpenAI-compatible, key refused, bad arguments); a check that runs and fails
+    is a verdict, not an error."""
     opts = opts or Options()
     t0 = time.monotonic()
     ids = plan(target, tier, opts.only)

@@ -1,8 +1,9 @@
-"""One connection to the target: the official ``openai`` client for the API, httpx for vLLM's own routes.
+"""One connection to the target: the official ``openai`` client for the API (it is what users run, so it is
+what the checks exercise), the :class:`forklift.endpoint.Endpoint` for vLLM's own routes and discovery.
 
-Every call returns what came back together with an :class:`Evidence` entry, so checks stay short.
-Foreign exceptions are translated here, once: a request that fails becomes evidence of failure, and a
-target that cannot be checked at all becomes a :class:`CheckError` (in :func:`open_session`).
+Every call returns what came back together with an :class:`Evidence` entry, so checks stay short. A request
+that fails becomes evidence of failure; a target that cannot be checked at all raises EndpointError (from
+discovery, in :func:`open_session`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import httpx
 import openai
 from openai.types.chat import ChatCompletion
 
-from forklift.check.result import Evidence, excerpt
-from forklift.check.target import Target
+from forklift.endpoint import Discovery, Endpoint, Target, sse
 from forklift.errors import CheckError
+from forklift.results import Evidence, excerpt
 
 DEFAULT_TIMEOUT_S = 180.0
 
@@ -29,6 +30,10 @@ class RequestFailed(Exception):
     def __init__(self, evidence: Evidence) -> None:
         super().__init__(evidence.response)
         self.evidence = evidence
+
+    @property
+    def response(self) -> str:
+        return self.evidence.response or ""
 
 
 @dataclass
@@ -43,24 +48,23 @@ class StreamedChat:
     chunks: int = 0
 
 
-def _reasoning_of(obj: Any) -> str:
-    """vLLM puts reasoning in ``reasoning`` (newer) or ``reasoning_content`` (older); both are extras."""
-    extra: dict[str, Any] = getattr(obj, "model_extra", None) or {}
-    for key in ("reasoning", "reasoning_content"):
-        value = extra.get(key) if key in extra else getattr(obj, key, None)
-        if isinstance(value, str) and value:
-            return value
-    return ""
-
-
 def reasoning_field(obj: Any) -> str | None:
-    """Which field carried reasoning text, if any."""
+    """Which field carried reasoning text, if any (the names ``forklift.endpoint.sse`` reads; the openai client
+    keeps them as extras)."""
     extra: dict[str, Any] = getattr(obj, "model_extra", None) or {}
-    for key in ("reasoning", "reasoning_content"):
+    for key in sse.REASONING_FIELDS:
         value = extra.get(key) if key in extra else getattr(obj, key, None)
         if isinstance(value, str) and value:
             return key
     return None
+
+
+def _reasoning_of(obj: Any) -> str:
+    key = reasoning_field(obj)
+    if key is None:
+        return ""
+    extra: dict[str, Any] = getattr(obj, "model_extra", None) or {}
+    return str(extra.get(key) if key in extra else getattr(obj, key))
 
 
 def message_reasoning(resp: ChatCompletion) -> str:
@@ -73,15 +77,6 @@ def _error_text(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-@dataclass(frozen=True)
-class Discovery:
-    """What the server said about itself before any check ran."""
-
-    listing: list[dict[str, Any]]
-    max_model_len: int | None
-    version: str | None
-
-
 class Session:
     """Requests against one target, each recorded as evidence. Build it with :func:`open_session`."""
 
@@ -92,8 +87,7 @@ class Session:
         self.discovery = discovery
         self.model: str = target.model
         self.timeout_s = timeout_s
-        headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
-        self.http = httpx.Client(base_url=target.base_url, headers=headers, timeout=timeout_s)
+        self.endpoint = Endpoint.of(target, timeout=timeout_s)
         self.client = self.openai_client(target.api_key)
 
     def openai_client(self, api_key: str | None, *, timeout_s: float | None = None) -> openai.OpenAI:
@@ -102,16 +96,16 @@ class Session:
                              max_retries=0, timeout=timeout_s or self.timeout_s)
 
     def close(self) -> None:
-        self.http.close()
+        self.endpoint.close()
         self.client.close()
 
     # -- raw routes ---------------------------------------------------------------------------------
 
-    def get(self, label: str, path: str, *, headers: dict[str, str] | None = None) -> tuple[httpx.Response, Evidence]:
+    def get(self, label: str, path: str) -> tuple[httpx.Response, Evidence]:
         t0 = time.monotonic()
-        resp = self.http.get(path, headers=headers)
-        ev = Evidence(label, {"method": "GET", "path": path}, f"HTTP {resp.status_code}: {excerpt(resp.text)}",
-                      time.monotonic() - t0)
+        resp = self.endpoint.get(path)
+        ev = Evidence(label, request={"method": "GET", "path": path},
+                      response=f"HTTP {resp.status_code}: {excerpt(resp.text)}", seconds=time.monotonic() - t0)
         return resp, ev
 
     # -- chat ----------------------------------------------------------------------------------------
@@ -124,8 +118,8 @@ class Session:
         try:
             resp = (client or self.client).chat.completions.create(**body)
         except (openai.OpenAIError, httpx.HTTPError) as exc:
-            raise RequestFailed(Evidence(label, _shown(body), _error_text(exc), time.monotonic() - t0)) from exc
-        return resp, Evidence(label, _shown(body), excerpt(_describe(resp)), time.monotonic() - t0)
+            raise RequestFailed(_evidence(label, body, _error_text(exc), t0)) from exc
+        return resp, _evidence(label, body, excerpt(_describe(resp)), t0)
 
     def chat_stream(self, label: str, **kwargs: Any) -> tuple[StreamedChat, Evidence]:
         """A streamed chat completion with usage, assembled from its deltas."""
@@ -151,11 +145,15 @@ class Session:
                     if choice.finish_reason:
                         out.finish_reasons.append(choice.finish_reason)
         except (openai.OpenAIError, httpx.HTTPError) as exc:
-            raise RequestFailed(Evidence(label, _shown(body), _error_text(exc), time.monotonic() - t0)) from exc
+            raise RequestFailed(_evidence(label, body, _error_text(exc), t0)) from exc
         shown = {"content": out.content, "reasoning": out.reasoning or None, "finish_reasons": out.finish_reasons,
                  "tool_calls": list(out.tool_calls.values()) or None, "usage": out.usage, "chunks": out.chunks}
         text = json.dumps({k: v for k, v in shown.items() if v is not None})
-        return out, Evidence(label, _shown(body), excerpt(text), time.monotonic() - t0)
+        return out, _evidence(label, body, excerpt(text), t0)
+
+
+def _evidence(label: str, body: dict[str, Any], response: str, t0: float) -> Evidence:
+    return Evidence(label, request=_shown(body), response=response, seconds=time.monotonic() - t0)
 
 
 def _shown(body: dict[str, Any], limit: int = 300) -> dict[str, Any]:
@@ -192,65 +190,9 @@ def _describe(resp: ChatCompletion) -> str:
     return json.dumps(data)
 
 
-def _where(target: Target) -> str:
-    return f"run '{target.run_name}' ({target.base_url})" if target.run_name else target.base_url
-
-
-def _reach_fix(target: Target) -> str:
-    if target.run_name:
-        return f"Is it running? `forklift status {target.run_name}`; start it with `forklift up`."
-    return "Check the URL and port, and that the server is up (curl URL/v1/models)."
-
-
-def discover(target: Target, *, timeout_s: float = 30.0) -> tuple[Target, Discovery]:
-    """Ask the server for its models; resolve the model to check. Raises :class:`CheckError` when the target
-    cannot be checked at all: unreachable, not OpenAI-compatible, key refused, model ambiguous."""
-    headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
-    where = _where(target)
-    try:
-        with httpx.Client(base_url=target.base_url, headers=headers, timeout=timeout_s) as http:
-            resp = http.get("/v1/models")
-            version_resp = http.get("/version") if resp.status_code == 200 else None
-    except httpx.HTTPError as exc:
-        raise CheckError(f"cannot reach {where}: {type(exc).__name__}: {exc}", fix=_reach_fix(target)) from exc
-    if resp.status_code in (401, 403):
-        if target.api_key:
-            raise CheckError(f"{where} refused the API key from ${target.api_key_env} (HTTP {resp.status_code})",
-                             fix=f"Check ${target.api_key_env} holds the key the server was started with.")
-        raise CheckError(f"{where} requires an API key (HTTP {resp.status_code} on /v1/models)",
-                         fix="Pass --api-key-env VAR naming the environment variable that holds the key.")
-    kind = resp.headers.get("content-type", "?").split(";")[0]
-    try:
-        body = resp.json() if resp.status_code == 200 else None
-    except ValueError:
-        body = None
-    if not (isinstance(body, dict) and isinstance(body.get("data"), list)):
-        raise CheckError(
-            f"{where} is not an OpenAI-compatible server: GET /v1/models answered HTTP {resp.status_code} "
-            f"({kind}): {excerpt(resp.text, 120)!r}",
-            fix="Pass the server's base URL, the part before /v1 (for example http://HOST:8000).")
-    listing = [m for m in body["data"] if isinstance(m, dict)]
-    ids = [str(m.get("id")) for m in listing]
-    model = target.model
-    if model is None:
-        if len(ids) != 1:
-            raise CheckError(f"{where} serves {len(ids)} models ({', '.join(ids) or 'none'}); which one?",
-                             fix="Pass --model NAME.")
-        model = ids[0]
-    entry = next((m for m in listing if m.get("id") == model), None)
-    listed_len = entry.get("max_model_len") if entry else None
-    version = None
-    if version_resp is not None and version_resp.status_code == 200:
-        try:
-            version = str(version_resp.json().get("version"))
-        except (ValueError, AttributeError):
-            version = None
-    discovery = Discovery(listing=listing, max_model_len=listed_len if isinstance(listed_len, int) else None,
-                          version=version)
-    return target.with_model(model), discovery
-
-
 def open_session(target: Target, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Session:
-    """Discover the target and open a session on it."""
-    resolved, discovery = discover(target)
-    return Session(resolved, discovery, timeout_s=timeout_s)
+    """Discover the target (raises EndpointError when it cannot be checked at all: unreachable, not
+    OpenAI-compatible, key refused, model ambiguous) and open a session on it."""
+    with Endpoint.of(target) as endpoint:
+        found = endpoint.discover(target.model)
+    return Session(target.with_model(found.model), found, timeout_s=timeout_s)

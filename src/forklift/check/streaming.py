@@ -7,8 +7,8 @@ from typing import Any
 
 from openai.types.chat import ChatCompletion
 
-from forklift.check.result import CheckResult
 from forklift.check.session import RequestFailed, Session, StreamedChat, message_reasoning
+from forklift.results import CheckResult
 
 PROMPT = "Name three colors."
 MAX_TOKENS = 48
@@ -50,17 +50,17 @@ def check_streaming(s: Session) -> CheckResult:
         plain, ev_plain = s.chat("non-streamed", **body)
         streamed, ev_stream = s.chat_stream("streamed", **body)
     except RequestFailed as exc:
-        return CheckResult("streaming", "fail", f"request failed: {exc.evidence.response}", [exc.evidence],
+        return CheckResult("streaming", "fail", f"request failed: {exc.response}", evidence=[exc.evidence],
                            seconds=time.monotonic() - t0)
     problems = compare(plain, streamed)
     evidence = [ev_plain, ev_stream]
     seconds = time.monotonic() - t0
     if problems:
-        return CheckResult("streaming", "fail", "; ".join(problems), evidence, seconds=seconds,
+        return CheckResult("streaming", "fail", "; ".join(problems), evidence=evidence, seconds=seconds,
                            fix="Streamed and plain greedy answers should be identical; look for a parser or "
                                "detokenizer problem in `forklift logs`.")
     u = streamed.usage or {}
-    return CheckResult("streaming", "pass",
+    return CheckResult("streaming", "ok",
                        f"streamed == non-streamed over {streamed.chunks} chunks; usage agrees "
                        f"({u.get('prompt_tokens')} prompt, {u.get('completion_tokens')} completion tokens)",
-                       evidence, seconds=seconds)
+                       evidence=evidence, seconds=seconds)

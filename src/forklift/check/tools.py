@@ -11,8 +11,8 @@ from typing import Any
 import jsonschema
 from openai.types.chat import ChatCompletion
 
-from forklift.check.result import CheckResult, Evidence
 from forklift.check.session import RequestFailed, Session
+from forklift.results import CheckResult, Evidence
 
 WEATHER_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -88,7 +88,7 @@ def check_tools(s: Session) -> CheckResult:
             resp, ev = s.chat(f"tool_choice {label}", tool_choice=choice, **base)
         except RequestFailed as exc:
             evidence.append(exc.evidence)
-            problems.append(f"{label}: request failed: {exc.evidence.response}")
+            problems.append(f"{label}: request failed: {exc.response}")
             continue
         evidence.append(ev)
         call, found = _one_call(label, calls_of(resp))
@@ -108,7 +108,7 @@ def check_tools(s: Session) -> CheckResult:
                             f"non-streamed gave {named_call.name}({named_call.arguments})")
     except RequestFailed as exc:
         evidence.append(exc.evidence)
-        problems.append(f"streamed: request failed: {exc.evidence.response}")
+        problems.append(f"streamed: request failed: {exc.response}")
     if s.target.enable_auto_tool_choice is False:
         notes.append("auto: not enabled on this deployment (serve.enable_auto_tool_choice)")
     else:
@@ -120,13 +120,14 @@ def check_tools(s: Session) -> CheckResult:
                          else "auto: the model answered in text without calling the tool (a model capability)")
         except RequestFailed as exc:
             evidence.append(exc.evidence)
-            notes.append(f"auto: refused ({exc.evidence.response[:80]})")
+            notes.append(f"auto: refused ({exc.response[:80]})")
     seconds = time.monotonic() - t0
     details = {"auto": notes[-1] if notes else None, "tool_call_parser": s.target.tool_call_parser}
     if problems:
-        return CheckResult("tools", "fail", "; ".join(problems + notes), evidence, seconds=seconds, details=details,
+        return CheckResult("tools", "fail", "; ".join(problems + notes), evidence=evidence, seconds=seconds,
+                           details=details,
                            fix="The arguments must be a JSON object matching the tool's parameters schema. Check "
                                "that --tool-call-parser and the chat template suit this model; a small model may "
                                "simply not follow tool schemas.")
-    return CheckResult("tools", "pass", "named and required tool choice give schema-valid arguments; streamed call "
-                       "matches; " + "; ".join(notes), evidence, seconds=seconds, details=details)
+    return CheckResult("tools", "ok", "named and required tool choice give schema-valid arguments; streamed call "
+                       "matches; " + "; ".join(notes), evidence=evidence, seconds=seconds, details=details)

@@ -1,39 +1,40 @@
-"""``forklift bench``: load a deployment, measure it the way vLLM does, cross-check with its /metrics."""
+"""``forklift bench``: load a deployment, measure it the way vLLM does, cross-check with its /metrics.
+
+The options that set up the load (``--concurrency`` ... ``--seed``) are built from
+:class:`forklift.bench.config.BenchConfig`: its fields name their flags, help, defaults and limits once.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from forklift import bench
-from forklift import record as records
-from forklift.bench.stats import Distribution
+from forklift.bench.config import BenchConfig
+from forklift.bench.options import Option, options
 from forklift.cli.common import JsonOpt, console, err_console, print_json
-from forklift.errors import BenchError
+from forklift.cli.status import load_run
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-def _levels(text: str) -> tuple[int | None, ...]:
-    out: list[int | None] = []
-    for part in text.split(","):
-        part = part.strip()
-        if part in ("inf", "unbounded"):
-            out.append(None)
-            continue
-        try:
-            out.append(int(part))
-        except ValueError as exc:
-            raise BenchError(f"--concurrency {text!r}: {part!r} is not a whole number",
-                             fix="Pass a comma-separated list like --concurrency 1,2,4.") from exc
-    return tuple(out)
+    from rich.table import Table
+
+    from forklift import bench
+    from forklift.bench.stats import Distribution
+    from forklift.endpoint import Target
+
+COULD_NOT_RUN = 2
+CUT_SHORT = 3
 
 
 def _table(result: bench.BenchResult) -> Table:
+    from rich.table import Table
+
     t = Table(title=f"{result.target['model']} at {result.target['base_url']}")
     for col in ("conc", "reqs", "fail", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "ITL p50 ms", "E2E p50 ms",
                 "out tok/s", "tok/s/stream", "goodput", "counts"):
@@ -56,41 +57,11 @@ def _table(result: bench.BenchResult) -> Table:
     return t
 
 
-def bench_cmd(
-    name: Annotated[str | None, typer.Argument(help="Run name (default: the only run, or 'default').")] = None,
-    url: Annotated[str | None, typer.Option("--url", help="Benchmark this server instead of a run.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Served model name (default: the server's).")] = None,
-    tokenizer: Annotated[str | None, typer.Option(
-        "--tokenizer", help="Tokenizer path or id (default: the run's model, or the server's /tokenize).")] = None,
-    concurrency: Annotated[str | None, typer.Option(
-        "--concurrency", "-c", help="Levels, e.g. 1,2,4,8 ('inf': no cap). Default 1, or no cap with --rate.")] = None,
-    input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")] = 128,
-    output_len: Annotated[int, typer.Option("--output-len", help="Output tokens per request (EOS ignored).")] = 64,
-    requests: Annotated[int | None, typer.Option("--requests", "-r", help="Requests per level.")] = None,
-    rate: Annotated[float | None, typer.Option("--rate", help="Poisson arrivals, requests/s.")] = None,
-    duration: Annotated[float | None, typer.Option("--duration", help="Seconds per level.")] = None,
-    prompts: Annotated[Path | None, typer.Option("--prompts", help="JSONL file: {prompt, output_len}.")] = None,
-    warmup: Annotated[int, typer.Option("--warmup", help="Warm-up requests before measuring.")] = 1,
-    slo_ttft: Annotated[float | None, typer.Option("--slo-ttft-ms", help="Goodput SLO on TTFT.")] = None,
-    slo_tpot: Annotated[float | None, typer.Option("--slo-tpot-ms", help="Goodput SLO on TPOT.")] = None,
-    slo_e2e: Annotated[float | None, typer.Option("--slo-e2e-ms", help="Goodput SLO on E2E latency.")] = None,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    out: Annotated[Path | None, typer.Option("--out", help="Directory for results.json and report.html.")] = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Measure TTFT, TPOT, ITL, E2E and throughput per concurrency level; write JSON and an HTML report."""
-    config = bench.BenchConfig(
-        concurrency=_levels(concurrency or ("inf" if rate else "1")), input_len=input_len, output_len=output_len,
-        requests=requests if requests is not None or duration is not None else 16, duration_s=duration, rate=rate,
-        prompts_file=prompts, warmup=warmup, slo=bench.Slo(slo_ttft, slo_tpot, slo_e2e), seed=seed)
-    config.validate()
-    if url:
-        target = bench.from_url(url, model=model, tokenizer=tokenizer)
-    else:
-        target = bench.from_record(records.resolve_name(name), model=model, tokenizer=tokenizer)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = out or (records.run_dir(target.run_name) / "bench" / stamp if target.run_name
-                      else Path.cwd() / "bench-results" / stamp)
+def _progress(config: BenchConfig, target: Target, json_out: bool) -> bench.BenchResult:
+    """Run the benchmark with a progress bar per level on stderr."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+    from forklift import bench
 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=err_console,
@@ -108,30 +79,132 @@ def bench_cmd(
                 detail += f" {ev.elapsed_s:.0f}/{ev.duration_s:.0f}s"
             progress.update(tasks[ev.level], completed=ev.done, detail=detail)
 
-        result = bench.run(config, target, on_event)
+        return bench.run(config, target, on_event)
+
+
+def _print_result(result: bench.BenchResult, written: dict[str, Path]) -> None:
+    from rich.console import Console
+
+    # Piped output gets room for the whole table rather than rich's 80-column default.
+    (console if console.is_terminal else Console(width=160)).print(_table(result))
+    ss = result.single_stream
+    if ss.decode_tok_s is not None:
+        pct = f", {ss.pct_of_roofline:.1f}% of the planner's {ss.roofline_decode_tok_s:.1f} tok/s" \
+            if ss.pct_of_roofline is not None else f" (no roofline: {ss.roofline_source})"
+        prefill = f", prefill {ss.prefill_tok_s:.0f} tok/s" if ss.prefill_tok_s else ""
+        console.print(f"single stream: decode {ss.decode_tok_s:.1f} tok/s{pct}{prefill}")
+    for run in result.runs:
+        if run.counters and run.counters.match is False:
+            j = run.counters.to_json()
+            console.print(f"[red]server counters differ[/] at c={run.concurrency}: prompt "
+                          f"{j['prompt_tokens']['difference']:+.0f}, generation "
+                          f"{j['generation_tokens']['difference']:+.0f} tokens (server - client)")
+    console.print(f"report: {written['report']}\nresults: {written['results']}")
+
+
+def _target(name: str | None, url: str | None, model: str | None, tokenizer: str | None) -> Target:
+    from forklift.endpoint import Target
+
+    if url:
+        return Target.from_url(url, model=model, tokenizer=tokenizer)
+    return Target.from_record(load_run(name, exit_code=COULD_NOT_RUN), model=model, tokenizer=tokenizer)
+
+
+def bench_cmd(
+    name: Annotated[str | None, typer.Argument(help="Run name (default: the only run, or 'default').")] = None,
+    url: Annotated[str | None, typer.Option("--url", help="Benchmark this server instead of a run.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Served model name (default: the server's).")] = None,
+    tokenizer: Annotated[str | None, typer.Option(
+        "--tokenizer", help="Tokenizer path or id (default: the run's model when its files are here, else the "
+                            "server's /tokenize).")] = None,
+    spec_baseline: Annotated[str | None, typer.Option(
+        "--spec-baseline", help="A run name or URL without speculative decoding: run the same workload there and "
+        "report acceptance and the speed-up side by side.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Directory for results.json and report.html.")] = None,
+    json_out: JsonOpt = False,
+    **flags: Any,
+) -> None:
+    """Measure TTFT, TPOT, ITL, E2E and throughput per concurrency level; write JSON and an HTML report."""
+    from forklift import bench
+    from forklift import record as records
+
+    config = BenchConfig.from_flags({opt.path: flags.get(opt.dest) for opt in options(BenchConfig)})
+    target = _target(name, url, model, tokenizer)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = out or (records.run_dir(target.run_name) / "bench" / stamp if target.run_name
+                      else Path.cwd() / "bench-results" / stamp)
+    result = _progress(config, target, json_out)
     written = bench.write_report(result, out_dir)
+    comparison = _spec_baseline(spec_baseline, config, result, out_dir, json_out) if spec_baseline else None
+    if comparison is not None:
+        written["spec_comparison"] = out_dir / "spec_comparison.json"
     if json_out:
-        print_json(result.to_json() | {"files": {k: str(v) for k, v in written.items()}})
+        print_json(result.to_json() | {"files": {k: str(v) for k, v in written.items()}}
+                   | ({"spec_comparison": comparison} if comparison is not None else {}))
     else:
-        # Piped output gets room for the whole table rather than rich's 80-column default.
-        (console if console.is_terminal else Console(width=160)).print(_table(result))
-        ss = result.single_stream
-        if ss.decode_tok_s is not None:
-            pct = f", {ss.pct_of_roofline:.1f}% of the planner's {ss.roofline_decode_tok_s:.1f} tok/s" \
-                if ss.pct_of_roofline is not None else f" (no roofline: {ss.roofline_source})"
-            prefill = f", prefill {ss.prefill_tok_s:.0f} tok/s" if ss.prefill_tok_s else ""
-            console.print(f"single stream: decode {ss.decode_tok_s:.1f} tok/s{pct}{prefill}")
-        for run in result.runs:
-            if run.counters and run.counters.match is False:
-                j = run.counters.to_json()
-                console.print(f"[red]server counters differ[/] at c={run.concurrency}: prompt "
-                              f"{j['prompt_tokens']['difference']:+.0f}, generation "
-                              f"{j['generation_tokens']['difference']:+.0f} tokens (server - client)")
-        console.print(f"report: {written['report']}\nresults: {written['results']}")
+        _print_result(result, written)
+        if comparison is not None:
+            console.print(_spec_table(comparison))
     if not result.complete:
         err_console.print(f"[red]incomplete[/]: {result.aborted}; partial results kept in {written['results']}")
-        raise typer.Exit(3)
+        raise typer.Exit(CUT_SHORT)
+
+
+def _flag_parameter(opt: Option) -> inspect.Parameter:
+    """A typer option for one config field: its flag, help and default as the model states them."""
+    shown = opt.default_text
+    text = opt.flag.help if shown is None else f"{opt.flag.help.rstrip('.')}; default {shown}."
+    decls = [opt.flag.name, *([opt.flag.short] if opt.flag.short else [])]
+    annotation = Annotated[opt.type | None, typer.Option(*decls, help=text, show_default=False)]  # type: ignore[name-defined]
+    return inspect.Parameter(opt.dest, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+
+
+def with_config_flags(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` as typer sees it: its own parameters, the config's flags where ``**flags`` stands, ``--out``
+    and ``--json`` last."""
+    own = list(inspect.signature(command, eval_str=True).parameters.values())
+    head = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name not in ("out", "json_out", "flags")]
+    tail = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name in ("out", "json_out")]
+
+    @functools.wraps(command)
+    def with_flags(**values: Any) -> None:
+        command(**values)
+
+    with_flags.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        head + [_flag_parameter(opt) for opt in options(BenchConfig)] + tail)
+    return with_flags
+
+
+def _spec_baseline(ref: str, config: BenchConfig, spec: bench.BenchResult, out_dir: Path,
+                   quiet: bool) -> dict[str, object]:
+    """The same workload on the baseline (a run or a URL), its report under ``baseline/``, and the comparison."""
+    from forklift import bench
+    from forklift.bench import speculative as spec_bench
+
+    tokenizer = str(spec.target.get("tokenizer")) if spec.target.get("tokenizer") not in (None, "none") else None
+    is_url = ref.startswith(("http://", "https://"))
+    base_target = _target(None if is_url else ref, ref if is_url else None, None, tokenizer)
+    base = _progress(config, base_target, quiet)
+    bench.write_report(base, out_dir / "baseline")
+    return spec_bench.write_comparison(spec_bench.compare(spec, base), out_dir)
+
+
+def _spec_table(comparison: dict[str, object]) -> Table:
+    from rich.table import Table
+
+    t = Table(title=f"speculative vs baseline ({comparison['workload']})")
+    for col in ("conc", "AL", "per position", "tok/step", "coverage", "tok/s/stream spec", "base", "speedup"):
+        t.add_column(col, justify="right")
+    levels = comparison["levels"]
+    assert isinstance(levels, list)
+    for lv in levels:
+        d = lv["decode_tok_s_per_stream"]
+        t.add_row("∞" if lv["concurrency"] is None else str(lv["concurrency"]), str(lv["acceptance_length"]),
+                  ", ".join(str(p) for p in lv["per_position_acceptance_rate"]), str(lv["tokens_per_step"]),
+                  str(lv["draft_coverage"]), str(d["speculative"]), str(d["baseline"]),
+                  f"{d['speedup']}x" if d["speedup"] is not None else "-")
+    return t
 
 
 def register(app: typer.Typer) -> None:
-    app.command("bench")(bench_cmd)
+    app.command("bench")(with_config_flags(bench_cmd))

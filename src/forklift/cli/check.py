@@ -1,21 +1,25 @@
-"""``forklift check``: the acceptance suite against a run or any OpenAI-compatible URL."""
+"""``forklift check``: the acceptance suite against a run or any OpenAI-compatible URL.
+
+Exit codes: 0 every check ok, warn or skip; 1 a check failed; 2 the suite could not run (no such run,
+unreachable, not OpenAI-compatible, bad arguments).
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from forklift import check
-from forklift import record as records
-from forklift.check.target import reference_from
-from forklift.cli.common import JsonOpt, NameArg, console, err_console, print_json
+from forklift.cli.common import JsonOpt, NameArg, console, print_json
+from forklift.cli.status import load_run
 from forklift.errors import CheckError
 
-_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+if TYPE_CHECKING:
+    from forklift import check
+    from forklift.endpoint import Target
+
+COULD_NOT_RUN = 2
 
 
 def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
@@ -37,10 +41,12 @@ def _floats(text: str | None, what: str) -> tuple[float, ...] | None:
 
 
 def _only(text: str | None) -> tuple[check.CheckId, ...] | None:
+    from forklift.check.result import CHECK_IDS
+
     if text is None:
         return None
     ids = [x for x in text.replace(" ", "").split(",") if x]
-    known = {str(c): c for c in check.CHECK_IDS}
+    known = {str(c): c for c in CHECK_IDS}
     bad = [x for x in ids if x not in known]
     if bad:
         raise CheckError(f"--only: unknown check(s) {', '.join(bad)}", fix="Choose from " + ", ".join(known))
@@ -48,15 +54,40 @@ def _only(text: str | None) -> tuple[check.CheckId, ...] | None:
 
 
 def _target(name: str | None, url: str | None, model: str | None, api_key_env: str | None,
-            max_model_len: int | None) -> check.Target:
+            max_model_len: int | None) -> Target:
+    from forklift.endpoint import Target
+
     if url is not None:
         if name is not None:
             raise CheckError("pass a run NAME or --url, not both", fix="Drop one of them.")
-        return check.from_url(url, model=model, api_key_env=api_key_env, max_model_len=max_model_len)
-    target = check.from_record(records.load(records.resolve_name(name)), api_key_env=api_key_env)
-    if model is not None:
-        target = replace(target, model=model)
-    return replace(target, max_model_len=max_model_len) if max_model_len is not None else target
+        return Target.from_url(url, model=model, api_key_env=api_key_env, max_model_len=max_model_len)
+    record = load_run(name, exit_code=COULD_NOT_RUN)
+    return Target.from_record(record, model=model, api_key_env=api_key_env, max_model_len=max_model_len)
+
+
+def _save_reference(target: Target, path: Path, json_out: bool) -> None:
+    from forklift import check
+
+    transcript = check.save_reference(target)
+    transcript.save(path)
+    if json_out:
+        print_json({"saved": str(path), **transcript.to_json()})
+    else:
+        console.print(f"wrote {path}: {len(transcript.answers)} greedy answers from "
+                      f"{transcript.target.get('model')} at {transcript.target.get('base_url')}")
+
+
+def _options(reference: str | None, api_key_env: str | None, only: str | None, needle_lengths: str | None,
+             needle_depths: str | None, seed: int | None) -> check.Options:
+    from forklift import check
+
+    ref: check.Transcript | Target | None = None
+    if reference is not None:
+        found = check.reference_from(reference, api_key_env=api_key_env)
+        ref = check.Transcript.load(found) if isinstance(found, Path) else found
+    return check.Options(needle_lengths=_ints(needle_lengths, "--needle-lengths"),
+                         needle_depths=_floats(needle_depths, "--needle-depths") or check.Options().needle_depths,
+                         reference=ref, only=_only(only), seed=seed)
 
 
 def check_cmd(
@@ -68,6 +99,8 @@ def check_cmd(
     full: Annotated[bool, typer.Option("--full", help="Every check, needle and parity included.")] = False,
     only: Annotated[str | None, typer.Option("--only", help="Just these checks, comma-separated.")] = None,
     json_out: JsonOpt = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each check's requests and responses.")
+                       ] = False,
     api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="Env var holding the API key.")] = None,
     max_model_len: Annotated[int | None, typer.Option("--max-model-len",
                                                       help="Expected max_model_len (default: the recipe's).")] = None,
@@ -82,53 +115,40 @@ def check_cmd(
                              ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed for the needle codes.")] = None,
 ) -> None:
-    """Prove a deployment works: known answers, streaming, tool calls, long-context recall, parity, auth."""
+    """Prove a deployment works: known answers, streaming, tool calls, long-context recall, parity, auth.
+    Exits 0 when every check is ok, warn or skip, 1 when one failed, 2 when the checks could not run."""
+    from forklift import check
+    from forklift.cli.checks import print_checks, print_progress
+
     if quick and full:
         raise CheckError("--quick and --full exclude each other", fix="Pass one of them.")
     target = _target(name, url, model, api_key_env, max_model_len)
     if save_reference is not None:
-        transcript = check.save_reference(target)
-        transcript.save(save_reference)
-        if json_out:
-            print_json({"saved": str(save_reference), **transcript.to_json()})
-        else:
-            console.print(f"wrote {save_reference}: {len(transcript.answers)} greedy answers from "
-                          f"{transcript.target.get('model')} at {transcript.target.get('base_url')}")
+        _save_reference(target, save_reference, json_out)
         return
-    ref: check.Transcript | check.Target | None = None
-    if reference is not None:
-        found = reference_from(reference, api_key_env=api_key_env)
-        ref = check.Transcript.load(found) if isinstance(found, Path) else found
-    opts = check.Options(needle_lengths=_ints(needle_lengths, "--needle-lengths"),
-                         needle_depths=_floats(needle_depths, "--needle-depths") or check.Options().needle_depths,
-                         reference=ref, only=_only(only), seed=seed)
+    opts = _options(reference, api_key_env, only, needle_lengths, needle_depths, seed)
     tier: check.Tier = "full" if full else "quick"
+    report = check.run(target, tier, opts, on_result=None if json_out else print_progress)
+    if target.run_name:  # kept with the run: a later `forklift canary` repeats and compares it
+        from forklift.canary.store import save_check
+        from forklift.record import load as load_record
 
-    def show(r: check.CheckResult) -> None:
-        err_console.print(f"[{_STYLE[r.status]}]{r.status:>4}[/] {r.id:<10} {r.seconds:6.1f} s", highlight=False)
-
-    report = check.run(target, tier, opts, on_result=None if json_out else show)
+        save_check(target.run_name, report.to_json(), load_record(target.run_name).run_id)
     if json_out:
         print_json(report.to_json())
     else:
-        _summary(report)
+        print_checks(report.checks, seconds=True, verbose=verbose)
+        _footer(report)
     if not report.passed:
         raise typer.Exit(1)
 
 
-def _summary(report: check.Report) -> None:
-    table = Table("check", "status", "s", "summary", show_lines=False)
-    for r in report.checks:
-        table.add_row(r.id, f"[{_STYLE[r.status]}]{r.status}[/]", f"{r.seconds:.1f}", r.summary)
-    console.print(table)
-    for r in report.checks:
-        if r.fix and r.status in ("fail", "warn"):
-            console.print(f"[bold]fix[/] ({r.id}): {r.fix}", highlight=False, soft_wrap=True)
+def _footer(report: check.Report) -> None:
     failed = [r.id for r in report.checks if r.status == "fail"]
     where = report.target.get("run") or report.target.get("base_url")
     if failed:
         console.print(f"[bold red]FAILED[/] {where}: {', '.join(failed)} ({report.tier}, {report.seconds:.1f} s); "
-                      "`--json` shows each request and response")
+                      "`--verbose` shows each request and response")
     else:
         console.print(f"[green]passed[/] {where} ({report.tier}, {report.seconds:.1f} s)")
 

@@ -150,7 +150,7 @@ def _render(report: Report, planner_note: str | None) -> None:
     verdict = (f"unsure: no candidate reaches p={report.threshold:g}; verify before acting"
                if report.unsure else None)
     title = f"doctor: {report.lines_read} lines" + (f", phase reached: {report.phase}" if report.phase else "")
-    print_checks(to_checks(report), title=title, evidence=True)
+    print_checks(to_checks(report), title=title, verbose=True)
     if verdict:
         console.print(f"[yellow]{verdict}[/]", highlight=False)
     top = report.top

@@ -34,11 +34,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("chat", "Ask a running deployment one question (greedy) and print the answer."),
     "check": ("check", "Prove a deployment works: endpoint, completion, streaming, tools, auth, needle, parity."),
     "bench": ("bench", "Measure TTFT / TPOT / ITL and throughput against a run or a URL."),
+    "compare": ("compare", "Compare two saved bench results (or check reports): per metric, change and interval."),
+    "canary": ("canary", "Try a change (vLLM, image, setting) against the running baseline; keep it or roll back."),
     "doctor": ("doctor", "Say what broke a start and the fix, from a run, log files or stdin."),
     "down": ("status", "Stop a run on every node and verify nothing is left."),
     "recipe": ("recipe", "List, show and validate recipes; print the recipe JSON Schema."),
-    "model": ("model", "Prepare the bundled model; copy a recipe's model to its nodes."),
+    "model": ("model", "Prepare the bundled model; pull a Hub model onto a recipe's nodes; sync it between nodes."),
+    "image": ("image", "Copy a container image to the nodes that lack its digest."),
     "node": ("node", "Prepare nodes: sysctl, swap, the OOM/page-cache guard. Checkable and reversible."),
+    "net": ("net", "Network: find each node pair's link, measure it, write NCCL's settings."),
     "patch": ("patch", "vLLM source patches that know their versions: list, check, apply, revert."),
 }
 

@@ -13,8 +13,8 @@ import typer
 from forklift import node
 from forklift.cli.checks import print_checks
 from forklift.cli.common import JsonOpt, console, err_console, print_json
-from forklift.cluster.hosts import runners_for
 from forklift.errors import ForkliftError, RecipeError
+from forklift.launch.hosts import runners_for
 from forklift.recipe import bundled_names, resolve
 from forklift.recipe.schema import check_ssh_target
 from forklift.runner import LocalRunner, Runner

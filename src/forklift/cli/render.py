@@ -13,6 +13,7 @@ from forklift.cli.common import ApplyOpt, ForceOpt, JsonOpt, RecipeArg, SetOpt, 
 from forklift.errors import RecipeError
 from forklift.launch.k8s import DEFAULT_IMAGE, leader_worker_set
 from forklift.launch.render import render
+from forklift.patches import recipes as recipe_patches
 from forklift.plan import Unplanned, for_launch
 from forklift.recipe import resolve
 
@@ -57,6 +58,8 @@ def render_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt 
     ray = f" + {len(launch.ray)} Ray process(es)" if launch.ray else ""
     console.print(f"[bold]{deployment.name}[/]: {len(launch.ranks)} engine rank(s){ray}, runtime {launch.runtime}, "
                   f"endpoint {launch.endpoint}")
+    for note in recipe_patches.notes(deployment.recipe):  # forklift-patches
+        console.print(f"note: {note}", markup=False, highlight=False)
     if isinstance(plan, Unplanned):
         console.print(f"[yellow]no plan[/]: {plan.error}", highlight=False)
     elif not plan.fits:

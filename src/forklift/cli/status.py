@@ -1,33 +1,71 @@
-"""``forklift status``, ``forklift logs`` and ``forklift down``."""
+"""``forklift status``, ``forklift logs`` and ``forklift down``; :func:`load_run` for every command that
+takes a run name."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from forklift import record as records
-from forklift.cli.common import JsonOpt, NameArg, console, print_json
-from forklift.cluster import down as ops
-from forklift.errors import RunNotFoundError
+from forklift.cli.common import JsonOpt, NameArg, console, print_json, render_error
+from forklift.errors import RunError, RunNotFoundError
+
+if TYPE_CHECKING:
+    from forklift.record import Pins, RunRecord
 
 
-def status_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
-    """Show a run (or all runs): state, endpoint, ranks."""
+def load_run(name: str | None, *, exit_code: int | None = None) -> RunRecord:
+    """The run a command means (the one named, else the only one). ``exit_code`` overrides the error's own when
+    the run cannot be found: ``check`` and ``bench`` exit 2, "could not run", rather than 1."""
+    from forklift import record as records
+
+    try:
+        return records.load(records.resolve_name(name))
+    except RunError as exc:
+        if exit_code is None:
+            raise
+        render_error(exc)
+        raise typer.Exit(exit_code) from exc
+
+
+PinsOpt = Annotated[bool, typer.Option("--pins", help="Also show what exactly ran: vLLM build, image digest, model "
+                                                     "revision, recipe hash, patches.")]
+
+
+def _print_pins(pins: Pins) -> None:
+    rows = [("forklift", pins.forklift_version), ("vLLM", pins.vllm_version), ("vLLM build", pins.vllm_build),
+            ("image", pins.image), ("image digest", pins.image_digest), ("model revision", pins.model_revision),
+            ("recipe hash", pins.recipe_hash)]
+    rows += [(f"vLLM build on {h}", b) for h, b in pins.vllm_builds.items() if b != pins.vllm_build]
+    rows += [(f"image digest on {h}", d) for h, d in pins.image_digests.items() if d != pins.image_digest]
+    rows += [(f"patch {p.id}" + (f" on {p.host}" if p.host else ""),
+              ", ".join(f"{f} {h[:12]}" for f, h in p.files.items()) or "no files recorded") for p in pins.patches]
+    console.print("  pins:")
+    for label, value in rows:
+        if value:
+            console.print(f"    {label}: {value}", highlight=False, soft_wrap=True)
+
+
+def status_cmd(name: NameArg = None, json_out: JsonOpt = False, pins: PinsOpt = False) -> None:
+    """Show a run (or all runs): state, endpoint, ranks (and with --pins, what exactly ran)."""
+    from rich.table import Table
+
+    from forklift import record as records
+    from forklift.cluster import down as ops
+
     if name is None and len(records.list_names()) != 1:
         results = [ops.status(r) for r in records.list_records()]
         if json_out:
-            print_json([s.to_json() for s in results])
+            print_json([s.to_json() | {"pins": s.record.pins.model_dump()} for s in results])
             return
         table = Table("name", "status", "endpoint", "model", "ranks alive")
         for s in results:
             table.add_row(s.name, s.status, s.endpoint, s.served_name, f"{len(s.alive_ranks)}/{len(s.record.ranks)}")
         console.print(table if results else "no runs; start one with `forklift up`")
         return
-    s = ops.status(records.load(records.resolve_name(name)))
+    s = ops.status(load_run(name))
     if json_out:
-        print_json(s.to_json())
+        print_json(s.to_json() | {"pins": s.record.pins.model_dump()})
         return
     console.print(f"[bold]{s.name}[/] {s.status} at {s.endpoint} ({s.served_name}, vLLM {s.vllm_version}, "
                   f"health {'ok' if s.healthy else 'not answering'})")
@@ -37,6 +75,8 @@ def status_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
         console.print(f"  rank {r.rank}{role} on {r.host}: pid {r.pid} {state}, log {r.log_path}")
     if s.record.error:
         console.print(f"  last error: {s.record.error}")
+    if pins:
+        _print_pins(s.record.pins)
 
 
 def logs_cmd(
@@ -46,7 +86,9 @@ def logs_cmd(
     tail: Annotated[int | None, typer.Option("--tail", help="Only the last N lines.")] = None,
 ) -> None:
     """Print a rank's engine log."""
-    rec = records.load(records.resolve_name(name))
+    from forklift.cluster import down as ops
+
+    rec = load_run(name)
     if follow:
         try:
             for line in ops.follow_log(rec, rank):
@@ -59,6 +101,9 @@ def logs_cmd(
 
 def down_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
     """Stop every process of a run (SIGTERM, wait, SIGKILL) and verify nothing remains. Idempotent."""
+    from forklift import record as records
+    from forklift.cluster import down as ops
+
     run_name = records.resolve_name(name)
     try:
         rec = records.load(run_name)

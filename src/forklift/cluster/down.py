@@ -67,10 +67,11 @@ def _accelerators(record: RunRecord, runners: Mapping[int, Runner], recipe: Reci
     def one(idx: int) -> str:
         host = recipe.nodes[idx].host
         base = record.gpu_baseline_mib.get(host, [])
+        mine = set(record.gpu_indices.get(host, range(len(base))))  # other GPUs' memory is not this run's
         deadline = time.monotonic() + timeout_s
         while True:
             now = gpu_memory_used(runners[idx])
-            over = max((u - b for u, b in zip(now, base, strict=False)), default=0)
+            over = max((u - b for i, (u, b) in enumerate(zip(now, base, strict=False)) if i in mine), default=0)
             if over <= GPU_SLACK_MIB:
                 return "released"
             if time.monotonic() > deadline:

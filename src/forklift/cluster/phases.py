@@ -98,6 +98,9 @@ def relevant_tail(lines: Sequence[str], n: int = 15) -> list[str]:
 
 # The recipe key most likely to fix a failed start: (pattern over the log, key, advice).
 STARTUP_HINTS: list[tuple[re.Pattern[str], str, str]] = [
+    (re.compile(r"\[forklift-patch\] ERROR"), "patches",  # forklift-patches: first, its lines name vLLM files
+     "drop or fix the patch named above (`forklift patch check --against vllm==VERSION`), or allow a nightly "
+     "build with {id: ID, any_version: true, because: WHY}"),
     (re.compile(r"max seq len|max_model_len|estimated maximum model length", re.I), "serve.max_model_len",
      "lower serve.max_model_len, or give the KV cache more memory"),
     (re.compile(r"KV cache|cache blocks|VLLM_CPU_KVCACHE_SPACE", re.I), "serve.cpu_kv_cache_gib",

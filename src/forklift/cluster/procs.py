@@ -44,6 +44,38 @@ def signal_group(runner: Runner, pgid: int, sig: str) -> None:
         runner.run(["kill", f"-{sig}", "--", *stragglers], timeout=15)
 
 
+def _start_time(runner: Runner, pid: int) -> str | None:
+    """Field 22 of /proc/PID/stat (start time in clock ticks): with the pid, it names one process for good."""
+    res = runner.run(["cat", f"/proc/{pid}/stat"], timeout=15)
+    if res.returncode != 0 or ")" not in res.stdout:
+        return None
+    fields = res.stdout.rsplit(")", 1)[1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def container_processes(runner: Runner, container: str) -> list[tuple[int, str]]:
+    """(host pid, start time) of every process in a running container (``docker top``). With ``--pid=host`` they
+    are host processes that ``docker stop`` can leave behind (seed 002's orphaned Ray daemons)."""
+    res = runner.run(["docker", "top", container, "-eo", "pid"], timeout=30)
+    if res.returncode != 0:
+        return []
+    out = []
+    for line in res.stdout.splitlines()[1:]:
+        if line.strip().isdigit():
+            started = _start_time(runner, int(line.strip()))
+            if started is not None:
+                out.append((int(line.strip()), started))
+    return out
+
+
+def kill_leftovers(runner: Runner, processes: list[tuple[int, str]]) -> list[int]:
+    """SIGKILL the processes still alive with the same start time (never a recycled pid); returns their pids."""
+    alive = [pid for pid, started in processes if _start_time(runner, pid) == started]
+    if alive:
+        runner.run(["kill", "-KILL", "--", *map(str, alive)], timeout=15)
+    return alive
+
+
 StopOutcome = Literal["gone", "terminated", "killed", "survived"]
 """gone: nothing was running; terminated: exited on SIGTERM; killed: needed SIGKILL; survived: still there."""
 

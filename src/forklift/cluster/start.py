@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -13,7 +14,8 @@ from forklift.cluster import remote
 from forklift.cluster.ready import check_alive, fail
 from forklift.errors import ForkliftError
 from forklift.launch.model import Launch, NodePaths, RankLaunch
-from forklift.launch.render import LAUNCHER_FILE
+from forklift.launch.render import LAUNCHER_FILE, python_for
+from forklift.patches.recipes import container_files
 from forklift.recipe.schema import Recipe
 from forklift.record import RankState, RunRecord, run_dir
 from forklift.runner import FanOut, Runner, fan_out
@@ -50,7 +52,8 @@ def prepare_nodes(recipe: Recipe, name: str, paths: Mapping[int, NodePaths], run
     """Make the run folder on every node (removing this deployment's older ones); copy the vLLM launcher
     where forklift is not installed (remote nodes, containers)."""
     launcher = (Path(__file__).resolve().parent.parent / "engine" / "vllm_main.py").read_text()
-    needs_launcher = recipe.runtime.kind == "docker"
+    needs_launcher = recipe.runtime.kind == "docker" or python_for(recipe) != sys.executable
+    patch_files = container_files(recipe)  # forklift-patches: docker only; the launcher applies them in the container
 
     def one(idx: int) -> None:
         node, runner, folder = recipe.nodes[idx], runners[idx], paths[idx].run_dir
@@ -62,6 +65,8 @@ def prepare_nodes(recipe: Recipe, name: str, paths: Mapping[int, NodePaths], run
             remote.write_text(runner, f"{folder}/{LAUNCHER_FILE}", launcher)
         else:
             runner.run(["mkdir", "-p", folder]).check()
+        for fname, text in patch_files.items():
+            remote.write_text(runner, f"{folder}/{fname}", text)
 
     fan_out(((i, i) for i in runners), one).raise_first()
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from forklift.cluster import procs
-from forklift.cluster.hosts import runners_for
+from forklift.launch.hosts import runners_for
 from forklift.record import RankState, RunRecord
 from forklift.runner import Runner, fan_out
 
@@ -23,14 +23,22 @@ def is_alive(record: RunRecord, runners: Mapping[int, Runner] | None = None) -> 
     return any(r.pgid and procs.pgid_alive(runners[r.node], r.pgid) for r in record.ranks)
 
 
+def _stop_container(rank: RankState, runner: Runner, grace_s: float) -> bool:
+    """docker stop + rm; then SIGKILL what the container left running on the host (``--pid=host`` containers
+    leave their children, e.g. Ray's daemons, behind). True when something had to be killed."""
+    assert rank.container is not None
+    inside = procs.container_processes(runner, rank.container)
+    t0 = time.monotonic()
+    runner.run(["docker", "stop", "-t", str(int(grace_s)), rank.container], timeout=grace_s + 30)
+    waited_out = time.monotonic() - t0 >= grace_s  # docker stop sent SIGKILL itself
+    runner.run(["docker", "rm", "-f", rank.container], timeout=60)
+    orphans = procs.kill_leftovers(runner, inside)
+    return waited_out or bool(orphans)
+
+
 def _stop_one(rank: RankState, runner: Runner, grace_s: float) -> procs.StopOutcome:
-    if rank.container:
-        t0 = time.monotonic()
-        runner.run(["docker", "stop", "-t", str(int(grace_s)), rank.container], timeout=grace_s + 30)
-        waited_out = time.monotonic() - t0 >= grace_s  # docker stop sent SIGKILL itself
-        runner.run(["docker", "rm", "-f", rank.container], timeout=60)
-        if waited_out:
-            return "killed"
+    if rank.container and _stop_container(rank, runner, grace_s):
+        return "killed"
     if rank.pgid is None:
         return "gone"
     return procs.stop_group(runner, rank.pgid, grace_s=grace_s)

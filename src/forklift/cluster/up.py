@@ -9,16 +9,18 @@ start -> ready. The run record is written before the first process starts and af
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from forklift import __version__
+from forklift import speculative
 from forklift.cluster import procs
-from forklift.cluster.hosts import runners_for
-from forklift.cluster.modelfiles import hub_snapshot, local_listing
+from forklift.cluster.modelfiles import cache_repo_dir, hub_cache, local_listing, snapshot_dir
+from forklift.cluster.pins import collect as collect_pins
 from forklift.cluster.preflight import PreflightReport, run_preflight
 from forklift.cluster.ready import FAIL_GRACE_S, wait_ready
 from forklift.cluster.start import EventFn, _noop, prepare_nodes, reach_nodes, secret_values, start_ranks
@@ -35,15 +37,17 @@ from forklift.errors import (
     RunNotFoundError,
 )
 from forklift.launch.flags import API_KEY_VAR
+from forklift.launch.hosts import runners_for
 from forklift.launch.model import Launch, NodePaths
 from forklift.launch.render import python_for, render
 from forklift.model.resolve import hf_cache_path, local_path
 from forklift.node import preflight as node_preflight
 from forklift.node import resolve_profile
+from forklift.patches import recipes as recipe_patches
 from forklift.plan import Plan, Unplanned, rules
 from forklift.plan.make import make
 from forklift.recipe.schema import Recipe
-from forklift.record import Pins, RunRecord, validate_name
+from forklift.record import PatchPin, RankState, RunRecord, validate_name
 from forklift.record import load as load_record
 from forklift.results import CheckResult
 from forklift.runner import Runner, fan_out
@@ -117,9 +121,9 @@ def _node_model_paths(recipe: Recipe, launch: Launch, runners: Mapping[int, Runn
             out[rl.node_index] = rl.model_path
             continue
         env = {**recipe.env, **recipe.nodes[rl.node_index].env}
-        hf_home = env.get("HF_HOME", f"{paths[rl.node_index].home}/.cache/huggingface")
-        found = hub_snapshot(runners[rl.node_index], recipe.model.source, recipe.model.revision, hf_home)
-        out[rl.node_index] = found or f"{hf_home}/hub/models--{recipe.model.source.replace('/', '--')}"
+        cache = hub_cache(runners[rl.node_index], env, paths[rl.node_index].home)
+        found = snapshot_dir(runners[rl.node_index], recipe.model.source, recipe.model.revision, cache)
+        out[rl.node_index] = found or cache_repo_dir(cache, recipe.model.source)
     return out
 
 
@@ -183,16 +187,14 @@ def node_checks(recipe: Recipe, runners: Mapping[int, Runner], *, strict: bool) 
     return warns
 
 
-def apply_patches(recipe: Recipe, runners: Mapping[int, Runner]) -> list[dict[str, object]]:
-    """Apply and verify the recipe's patches on every node (venv runtime) before any rank starts."""
+def apply_patches(recipe: Recipe, runners: Mapping[int, Runner]) -> list[dict[str, Any]]:
+    """Apply and verify the recipe's patches on every node (venv runtime) before any rank starts. With docker
+    each container's launcher applies them before vLLM is imported: this returns what it will apply
+    (``container_patches`` reads the hashes back from the logs once the run is ready)."""
     if not recipe.patches:
         return []
-    if recipe.runtime.kind != "venv":
-        raise PatchError(
-            "patches with the docker runtime are applied by the container's entrypoint, not by `up`",
-            fix="Build the image with `forklift patch entrypoint " + " ".join(recipe.patches) + "` as its "
-                "entrypoint, or use runtime.kind: venv.",
-        )
+    if recipe.runtime.kind != "venv":  # forklift-patches: applied in each container (engine/vllm_main.py)
+        return recipe_patches.planned(recipe)
     from forklift.patches import apply_for_recipe
 
     python = python_for(recipe)
@@ -201,16 +203,46 @@ def apply_patches(recipe: Recipe, runners: Mapping[int, Runner]) -> list[dict[st
         if isinstance(exc, ForkliftError):
             raise exc
         raise PatchError(f"{recipe.nodes[idx].host}: applying patches failed: {exc}")
-    return [p.to_json() for idx in sorted(done.results) for p in done.results[idx]]
+    overrides = {r.id: {"any_version": r.any_version, "because": r.because} for r in recipe.patches}
+    return [{**p.to_json(), **overrides.get(p.id, {})} for idx in sorted(done.results) for p in done.results[idx]]
 
 
-def _record(plan: Plan | Unplanned, name: str, pre: Preflight, patches: list[dict[str, object]],
-            ssh_config: str | None) -> RunRecord:
+def container_patches(record: RunRecord, runners: Mapping[int, Runner]) -> list[dict[str, Any]]:
+    """forklift-patches: what every container's launcher logged it applied (file hashes), per container."""
+    recipe = record.recipe
+
+    def one(rank: RankState) -> list[dict[str, Any]]:
+        found = recipe_patches.read_applied(runners[rank.node], rank.log_path, rank.host, recipe)
+        return [{**e, "container": rank.container} for e in found]
+
+    done = fan_out(((i, r) for i, r in enumerate(record.ranks) if r.container), one)
+    return [e for i in sorted(done.results) for e in done.results[i]]
+
+
+def visible_gpus(recipe: Recipe, launch: Launch) -> dict[str, list[int]]:
+    """Per host, the GPU indices the ranks are limited to by CUDA_VISIBLE_DEVICES (the rank's env, else this
+    process's for local nodes); hosts whose ranks see every GPU are left out."""
+    out: dict[str, list[int]] = {}
+    for rl in launch.processes:
+        node = recipe.nodes[rl.node_index]
+        value = rl.env.get("CUDA_VISIBLE_DEVICES")
+        if value is None and node.is_local:
+            value = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if value is not None and all(p.strip().isdigit() for p in value.split(",") if p.strip()):
+            out.setdefault(node.host, [])
+            out[node.host] = sorted({*out[node.host], *(int(p) for p in value.split(",") if p.strip())})
+    return out
+
+
+def _record(plan: Plan | Unplanned, name: str, pre: Preflight, patches: list[dict[str, Any]],
+            ssh_config: str | None, runners: Mapping[int, Runner]) -> tuple[RunRecord, list[CheckResult]]:
     launch = pre.launch
-    pins = Pins(forklift_version=__version__, vllm_version=pre.version, vllm_versions=pre.report.versions)
+    pins, warnings = collect_pins(plan.deployment.recipe, launch, pre.report.versions, patches, runners,
+                                  pre.paths[launch.head.node_index].home)
     return RunRecord(name=name, run_id=launch.run_id or "", plan=plan, launch=launch, endpoint=launch.endpoint,
                      served_name=launch.served_name, pins=pins, patches=patches, ssh_config=ssh_config,
-                     gpu_baseline_mib=pre.report.gpu_baseline_mib)
+                     gpu_baseline_mib=pre.report.gpu_baseline_mib,
+                     gpu_indices=visible_gpus(plan.deployment.recipe, launch)), warnings
 
 
 def _start_and_wait(record: RunRecord, runners: Mapping[int, Runner], api_key: str | None,
@@ -246,17 +278,24 @@ def up(plan: Plan | Unplanned, *, name: str = "default", on_event: EventFn = _no
     pre = preflight(plan, name, runners=runners, run_id=run_id, on_event=on_event)
     pre.report.raise_if_failed()
     warnings = node_checks(recipe, runners, strict=strict) if check_nodes else []
+    warnings += [c for c in pre.report.checks if c.status == "warn"]  # e.g. a link net check measured degraded
     plan = _for_version(plan, pre.version)
     gate(plan, force=force)
+    if not force:  # [speculative] the rules again, for the vLLM release the nodes run
+        speculative.check(recipe, vllm_version=pre.version, default_version=rules.default_version())
     on_event("prepare", f"applying {len(recipe.patches)} patch(es)" if recipe.patches else "no patches")
     patches = apply_patches(recipe, runners)
     on_event("prepare", "creating run directories on every node")
     prepare_nodes(recipe, name, pre.paths, runners)
-    record = _record(plan, name, pre, patches, ssh_config)
+    record, pin_warnings = _record(plan, name, pre, patches, ssh_config, runners)
+    warnings += pin_warnings
     api_key = secret_values(pre.launch.head.secret_env).get(API_KEY_VAR)  # a missing key fails before any start
     record.timings["preflight_s"] = round(time.monotonic() - t0, 2)
     record.save()
     token, reached = _start_and_wait(record, runners, api_key, on_event)
+    if recipe.patches and recipe.runtime.kind == "docker":  # forklift-patches: hashes from the containers' logs
+        record.patches = container_patches(record, runners)
+        record.pins.patches = [PatchPin(**p) for p in recipe_patches.pins(record.patches)]
     record.status = "ready"
     record.phases = reached
     record.timings["start_to_ready_s"] = reached["ready"]

@@ -13,7 +13,16 @@ from pydantic import BaseModel, ConfigDict
 from forklift.hardware.profiles import HardwareProfile, profiles
 
 _GIB = 2**30
-_GPU_NAMES = {"GB10": "gb10", "H100": "h100", "H200": "h200", "B200": "b200"}
+# nvidia-smi names -> profile, most specific first ("GH200" contains "H200", which contains "H20")
+_GPU_NAMES = [("GB10", "gb10"), ("GH200", "gh200"), ("H200", "h200"), ("H100", "h100"), ("H20", "h20"),
+              ("B200", "b200"), ("A100-SXM4-80GB", "a100-80"), ("A100 80GB", "a100-80"), ("A100-PCIE-80GB", "a100-80"),
+              ("A100", "a100-40"), ("L40S", "l40s"), ("RTX 3090", "rtx3090"), ("RTX 4090", "rtx4090"),
+              ("RTX 5090", "rtx5090"), ("RTX 5070 Ti", "rtx5070ti")]
+
+
+def profile_for_gpu(name: str) -> str | None:
+    """The bundled profile of an nvidia-smi GPU name, or None."""
+    return next((prof for key, prof in _GPU_NAMES if key in name), None)
 
 
 class Gpu(BaseModel):
@@ -91,7 +100,7 @@ def _nvidia_gpus() -> list[Gpu]:
             idx = int(parts[0])
         except ValueError:
             continue
-        prof = next((p for key, p in _GPU_NAMES.items() if key in parts[1]), None)
+        prof = profile_for_gpu(parts[1])
         gpus.append(Gpu(index=idx, name=parts[1], memory_gib=round(mem, 2), profile=prof))
     return gpus
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from forklift import paths
+from forklift.runner.base import Runner
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -66,3 +67,53 @@ def save(facts: NodeFacts) -> Path:
     tmp.write_text(json.dumps(facts.model_dump(mode="json"), indent=2))
     os.replace(tmp, path)
     return path
+
+
+# --------------------------------------------------------------------------------------------- measuring a node
+
+_GIB_KB = 1024 * 1024
+_SMI = ["nvidia-smi", "--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"]
+
+
+def _meminfo(text: str) -> dict[str, float]:
+    """/proc/meminfo values in GiB (MemTotal, MemAvailable, ...)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[key.strip()] = int(parts[0]) / _GIB_KB
+    return out
+
+
+def _gpus(text: str) -> tuple[list[str], list[int], list[int]]:
+    names, totals, frees = [], [], []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3:
+            continue
+        names.append(parts[0])
+        totals.append(int(parts[1]) if parts[1].isdigit() else 0)
+        frees.append(int(parts[2]) if parts[2].isdigit() else 0)
+    return names, totals, frees
+
+
+def measure(runner: Runner, host: str | None = None) -> NodeFacts:
+    """What a node has now, through its runner (SshRunner for a remote node): memory (MemTotal, MemAvailable, which
+    bounds vLLM's startup request on unified memory) and its GPUs (nvidia-smi; none on CPU nodes or when absent)."""
+    from forklift.errors import HardwareError
+    from forklift.hardware.detect import profile_for_gpu
+
+    mem = runner.run(["cat", "/proc/meminfo"], timeout=30)
+    if not mem.ok:
+        raise HardwareError(f"{runner.host}: cannot read /proc/meminfo: {mem.stderr.strip()[-200:]}",
+                            fix="Check the SSH target and that the node runs Linux.")
+    info = _meminfo(mem.stdout)
+    smi = runner.run(_SMI, timeout=30)
+    names, totals, frees = _gpus(smi.stdout) if smi.ok else ([], [], [])
+    profile = profile_for_gpu(names[0]) if names else None
+    return NodeFacts(host=host or runner.host, source=f"forklift hw --node ({runner.host})",
+                     mem_total_gib=round(info["MemTotal"], 2) if "MemTotal" in info else None,
+                     mem_available_gib=round(info["MemAvailable"], 2) if "MemAvailable" in info else None,
+                     gpu_name=names[0] if names else None, gpu_count=len(names) or None, gpu_total_mib=totals,
+                     gpu_free_mib=frees, hardware=profile)

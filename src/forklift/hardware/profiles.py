@@ -1,15 +1,18 @@
-"""Hardware and network profiles (data files beside this module)."""
+"""Hardware and network profiles: the bundled ones (data files beside this module) and the user's own
+(YAML files under ``$FORKLIFT_HOME/hardware/``, validated like the bundled ones)."""
 
 from __future__ import annotations
 
 import difflib
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from forklift import paths
 from forklift.errors import HardwareError
 
 
@@ -21,14 +24,16 @@ class HardwareProfile(BaseModel):
     name: str
     description: str
     kind: Literal["cuda", "cpu"]
-    gpus: int
-    memory_gib: float
+    gpus: int = Field(ge=1)
+    memory_gib: float = Field(gt=0)
     unified: bool
-    available_gib: float | None = None
-    bandwidth_gbs: float
+    available_gib: float | None = Field(default=None, gt=0)
+    bandwidth_gbs: float = Field(gt=0)
     tflops: dict[str, float]
     compute_capability: str = ""
     amx: bool = False
+    aliases: list[str] = Field(default_factory=list)
+    source: str = "bundled"
 
     def peak_tflops(self, fmt: str) -> float:
         return self.tflops.get(fmt, self.tflops.get("bf16", 1.0))
@@ -41,6 +46,12 @@ class NetworkProfile(BaseModel):
     description: str
     latency_us: float
     bandwidth_gbs: float
+    link_gbit: float | None = None
+    """Nominal link speed per interface in Gb/s (what sysfs/ethtool should report); `forklift net check`."""
+    tcp_gbit: float | None = None
+    """TCP throughput one healthy path reaches with iperf3 (8 streams) in Gb/s; `forklift net check`."""
+    rdma_gbit: float | None = None
+    """ib_write_bw average one healthy rail reaches (1 QP) in Gb/s; `forklift net check`."""
 
 
 def _load(file: str) -> dict[str, dict[str, Any]]:
@@ -50,8 +61,49 @@ def _load(file: str) -> dict[str, dict[str, Any]]:
 
 
 @cache
-def profiles() -> dict[str, HardwareProfile]:
+def bundled() -> dict[str, HardwareProfile]:
     return {name: HardwareProfile(name=name, **entry) for name, entry in _load("profiles.yaml").items()}
+
+
+def user_dir() -> Path:
+    return paths.home() / "hardware"
+
+
+def _user_file(path: Path) -> dict[str, HardwareProfile]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise HardwareError(f"{path}: not readable YAML: {exc}", fix="Fix or remove the file.") from None
+    if not isinstance(data, dict):
+        raise HardwareError(f"{path}: must map profile names to profiles",
+                            fix="Write `NAME: {description: ..., kind: cuda, gpus: 1, memory_gib: ..., ...}`.")
+    out: dict[str, HardwareProfile] = {}
+    for name, entry in data.items():
+        try:
+            out[str(name).lower()] = HardwareProfile(name=str(name).lower(), source=str(path),
+                                                     **(entry if isinstance(entry, dict) else {}))
+        except (ValidationError, TypeError) as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()) \
+                if isinstance(exc, ValidationError) else str(exc)
+            raise HardwareError(f"{path}: profile '{name}' is invalid: {problems}",
+                                fix="Give description, kind (cuda|cpu), gpus, memory_gib, unified, bandwidth_gbs, "
+                                "tflops and compute_capability, as in `forklift hw --list --json`.") from None
+    return out
+
+
+def user_profiles() -> dict[str, HardwareProfile]:
+    """The user's profiles (``$FORKLIFT_HOME/hardware/*.yaml``), read on every call; invalid files raise."""
+    folder = user_dir()
+    out: dict[str, HardwareProfile] = {}
+    if folder.is_dir():
+        for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+            out.update(_user_file(path))
+    return out
+
+
+def profiles() -> dict[str, HardwareProfile]:
+    """Every profile by name: bundled, then the user's (a user profile of the same name replaces the bundled)."""
+    return {**bundled(), **user_profiles()}
 
 
 @cache
@@ -62,14 +114,16 @@ def networks() -> dict[str, NetworkProfile]:
 def _unknown(kind: str, name: str, known: list[str]) -> HardwareError:
     close = difflib.get_close_matches(name, known, n=1)
     hint = f" Did you mean '{close[0]}'?" if close else ""
+    extra = f" or add your own under {user_dir()}/" if kind == "hardware" else ""
     return HardwareError(f"unknown {kind} profile '{name}'.{hint}",
-                         fix=f"Use one of: {', '.join(known)} (`forklift hw --list`).")
+                         fix=f"Use one of: {', '.join(known)} (`forklift hw --list`){extra}.")
 
 
 def get(name: str) -> HardwareProfile:
-    """A hardware profile by name (case-insensitive)."""
+    """A hardware profile by name or alias (case-insensitive)."""
     table = profiles()
-    profile = table.get(name.lower())
+    key = name.lower()
+    profile = table.get(key) or next((p for p in table.values() if key in (a.lower() for a in p.aliases)), None)
     if profile is None:
         raise _unknown("hardware", name, sorted(table))
     return profile

@@ -6,10 +6,9 @@ Typed recipe knobs become flags one for one (null means vLLM's default, so no fl
 
 from __future__ import annotations
 
-import json
-
+from forklift import speculative
 from forklift.plan.model import Decisions
-from forklift.recipe.schema import Recipe, Serve
+from forklift.recipe.schema import Node, Recipe, Serve
 
 API_KEY_VAR = "VLLM_API_KEY"
 """The variable vLLM reads its API key from (the head's secret_env maps it to serve.api_key_env)."""
@@ -37,12 +36,13 @@ def serve_flags(serve: Serve) -> list[str]:
     switch("--enforce-eager", serve.enforce_eager)
     add("--block-size", serve.block_size)
     switch("--disable-custom-all-reduce", serve.disable_custom_all_reduce)
+    if serve.enable_prefix_caching is not None:
+        flags.append("--enable-prefix-caching" if serve.enable_prefix_caching else "--no-enable-prefix-caching")
+    switch("--enable-expert-parallel", serve.enable_expert_parallel)
     add("--reasoning-parser", serve.reasoning_parser)
     add("--tool-call-parser", serve.tool_call_parser)
     switch("--enable-auto-tool-choice", serve.enable_auto_tool_choice)
-    if serve.speculative is not None:
-        spec = serve.speculative.model_dump(exclude_none=True)
-        flags.extend(["--speculative-config", json.dumps(spec, separators=(",", ":"))])
+    flags.extend(speculative.render.flags(serve.speculative))
     add("--seed", serve.seed)
     return [*flags, *serve.extra_args]
 
@@ -84,6 +84,18 @@ def network_env(recipe: Recipe) -> dict[str, str]:
         env["NCCL_IB_DISABLE"] = "1" if net.nccl_ib_disable else "0"
     if net.nccl_net_gdr_level is not None:
         env["NCCL_NET_GDR_LEVEL"] = str(net.nccl_net_gdr_level)
+    return env
+
+
+def node_network_env(node: Node) -> dict[str, str]:
+    """A node's own NCCL / Gloo settings (over the recipe's network section, under the node's env)."""
+    env: dict[str, str] = {}
+    for var, value in (("NCCL_SOCKET_IFNAME", node.nccl_socket_ifname), ("GLOO_SOCKET_IFNAME", node.gloo_socket_ifname),
+                       ("NCCL_IB_HCA", node.nccl_ib_hca)):
+        if value:
+            env[var] = value
+    if node.nccl_ib_gid_index is not None:
+        env["NCCL_IB_GID_INDEX"] = str(node.nccl_ib_gid_index)
     return env
 
 

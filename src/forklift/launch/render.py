@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from forklift.errors import RecipeError
 from forklift.hardware.profiles import get as hardware_profile
 from forklift.launch.docker import LAUNCHER_IN_CONTAINER, container_name, docker_argv
-from forklift.launch.flags import API_KEY_VAR, engine_args, rank_env
+from forklift.launch.flags import API_KEY_VAR, engine_args, node_network_env, rank_env
 from forklift.launch.model import Launch, NodePaths, RankLaunch, Role
 from forklift.model.bundled import target_dir as bundled_dir
+from forklift.patches import recipes as recipe_patches
 from forklift.plan.model import Plan, Unplanned
 from forklift.recipe.schema import DockerRuntime, Node, Recipe
 
@@ -93,12 +94,14 @@ class _Ctx:
         self.run_id = run_id
         self.node_paths = node_paths
         self.python = python_for(recipe)
+        # forklift-patches: the docker runtime applies the recipe's patches in each container (the launcher)
+        self.patch_files = recipe_patches.container_file_names(recipe)
 
     def launcher(self, node_index: int) -> list[str]:
         """How to invoke forklift's vLLM launcher on a node."""
         if self.recipe.runtime.kind == "docker":
             return [self.python, LAUNCHER_IN_CONTAINER]
-        if self.recipe.nodes[node_index].is_local:
+        if self.recipe.nodes[node_index].is_local and self.python == sys.executable:  # another venv: the file
             return [self.python, "-m", LAUNCHER_MODULE]
         return [self.python, f"{self.node_paths[node_index].run_dir}/{LAUNCHER_FILE}"]
 
@@ -113,8 +116,21 @@ class _Ctx:
         out = [f"{host_path}:{inside}:ro"] if host_path else []
         out += [f"{home}/.cache/huggingface:/root/.cache/huggingface", f"{home}/.cache/vllm:/root/.cache/vllm",
                 f"{self.node_paths[node_index].run_dir}/{LAUNCHER_FILE}:{LAUNCHER_IN_CONTAINER}:ro"]
+        out += [f"{self.node_paths[node_index].run_dir}/{f}:{recipe_patches.CONTAINER_DIR}/{f}:ro"
+                for f in self.patch_files]  # forklift-patches: patches.json and the patch engine
         out += [f"{expand_home(m.host, home)}:{m.container}" + (":ro" if m.read_only else "") for m in rt.mounts]
         return out
+
+    def patched(self, node_index: int, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """forklift-patches: a docker process with patches runs through the launcher, which applies them first
+        (a Ray daemon's argv goes after ``--forklift-exec``); the env names the mounted patches.json."""
+        if not self.patch_files:
+            return argv, env
+        env = {**env, recipe_patches.PATCHES_ENV: f"{recipe_patches.CONTAINER_DIR}/{recipe_patches.SPEC_FILE}"}
+        launcher = self.launcher(node_index)
+        if argv[: len(launcher)] != launcher:
+            argv = [*launcher, recipe_patches.EXEC_FLAG, *argv]
+        return argv, env
 
     def wrap(self, node_index: int, rank: int, role: Role, inner: list[str], env: dict[str, str],
              secret: dict[str, str], headless: bool) -> RankLaunch:
@@ -127,6 +143,7 @@ class _Ctx:
                               headless=headless, secret_env=secret, role=role, run_dir=paths.run_dir,
                               model_path=host_path)
         name = container_name(self.run_id, rank, role)
+        inner, env = self.patched(node_index, inner, env)
         argv = docker_argv(rt, inner, name=name, run_id=self.run_id, rank=rank, role=role, env=env,
                            secret_names=sorted(secret), mounts=self.mounts(node_index))
         return RankLaunch(rank=rank, node_index=node_index, host=node.host, argv=argv, env={},
@@ -170,7 +187,7 @@ def _ray_processes(ctx: _Ctx, env: dict[str, str]) -> tuple[list[RankLaunch], li
         else:
             ray += ["--address", f"{head_ip}:{recipe.ray.port}"]
         role: Role = "ray-head" if idx == 0 else "ray-worker"
-        node_env = {**env, **node.env}
+        node_env = {**env, **node_network_env(node), **node.env}
         node_env.setdefault("VLLM_HOST_IP", node_addr(node))  # Ray workers' vLLM actors bind this address
         procs.append(ctx.wrap(idx, idx, role, ray, node_env, {}, headless=idx > 0))
     status = [ctx.python, *RAY_CLI, "status", "--address", f"{head_ip}:{recipe.ray.port}"]
@@ -183,7 +200,7 @@ def _engine_rank(ctx: _Ctx, plan: Plan | Unplanned, idx: int, env: dict[str, str
                  ray_mode: bool) -> RankLaunch:
     recipe = ctx.recipe
     node, nnodes = recipe.nodes[idx], len(recipe.nodes)
-    node_env = {**env, **node.env}
+    node_env = {**env, **node_network_env(node), **node.env}
     if nnodes > 1 and (node.data_ip or not node.is_local):
         node_env.setdefault("VLLM_HOST_IP", node_addr(node))
     if ray_mode:

@@ -24,7 +24,7 @@ from forklift import paths
 from forklift.errors import NodeError, SudoRequiredError
 from forklift.node import facts as F
 from forklift.node.facts import FileFact, NodeFacts, under
-from forklift.node.profile import GIB, MIN_FREE_MAX_FRACTION, NodeProfile
+from forklift.node.profile import GIB, MIN_FREE_MAX_FRACTION, NodeProfile, SwapSpec
 from forklift.runner import Runner
 
 _WRITE = (
@@ -189,55 +189,58 @@ def fstab_with_swap(fstab: str | None, path: str) -> str:
 # --- plan --------------------------------------------------------------------------------------------
 
 
-def plan_apply(facts: NodeFacts, profile: NodeProfile, *, previous: NodeState | None = None,
-               runs_dirs: Sequence[str] | None = None) -> ApplyPlan:
-    """The steps that bring the node to ``profile`` (none when it is already there)."""
-    root = facts.root
-    live = root in ("", "/")
-    _refuse_unsafe(facts, profile)
-    state = previous.model_copy(deep=True) if previous else NodeState(
-        host=facts.host, root=root, live=live, profile=profile.name)
-    state.profile = profile.name
-    steps: list[Step] = []
-    live_steps: list[Step] = []
-    notes: list[str] = []
-    recorded = {f.path for f in state.files}
+class _Builder:
+    """Collects the steps of one ``plan_apply``: file writes (recording what was there), live changes, notes."""
 
-    def write(path: str, content: str, mode: str, summary: str) -> None:
-        current = facts.file(path)
+    def __init__(self, facts: NodeFacts, profile: NodeProfile, previous: NodeState | None) -> None:
+        self.facts, self.profile = facts, profile
+        self.root = facts.root
+        self.live = self.root in ("", "/")
+        self.state = previous.model_copy(deep=True) if previous else NodeState(
+            host=facts.host, root=self.root, live=self.live, profile=profile.name)
+        self.state.profile = profile.name
+        self.steps: list[Step] = []
+        self.live_steps: list[Step] = []
+        self.notes: list[str] = []
+        self.recorded = {f.path for f in self.state.files}
+
+    def write(self, path: str, content: str, mode: str, summary: str) -> None:
+        current = self.facts.file(path)
         if current.content == content.encode():
             return
-        if path not in recorded:
-            state.files.append(FileRecord.of(current))
-            recorded.add(path)
+        if path not in self.recorded:
+            self.state.files.append(FileRecord.of(current))
+            self.recorded.add(path)
         owner = current.owner if current.exists and current.owner else "0:0"
         mode = current.mode if current.exists and current.mode else mode
         b64 = base64.b64encode(content.encode()).decode()
-        steps.append(Step(summary, ("sh", "-c", _WRITE, "forklift-write", under(root, path), mode, owner), b64))
+        self.steps.append(Step(summary, ("sh", "-c", _WRITE, "forklift-write", under(self.root, path), mode, owner),
+                               b64))
 
-    # sysctl: persistent file, then live values.
-    if profile.sysctl:
-        write(profile.sysctl_file, sysctl_text(profile), "644", f"write {profile.sysctl_file} "
-              f"({len(profile.sysctl)} settings)")
+    def sysctl(self) -> None:
+        """The persistent file, then the live values."""
+        profile, facts = self.profile, self.facts
+        if not profile.sysctl:
+            return
+        self.write(profile.sysctl_file, sysctl_text(profile), "644",
+                   f"write {profile.sysctl_file} ({len(profile.sysctl)} settings)")
         for key, want in profile.sysctl.items():
             have = facts.sysctl.get(key)
             if have is None or have.strip() == str(want):
                 continue
-            if live:
-                state.sysctl.setdefault(key, have.strip())
-            live_steps.append(Step(f"set {key} {have.strip()} -> {want}", ("sysctl", "-w", f"{key}={want}"), live=True))
+            if self.live:
+                self.state.sysctl.setdefault(key, have.strip())
+            self.live_steps.append(Step(f"set {key} {have.strip()} -> {want}", ("sysctl", "-w", f"{key}={want}"),
+                                        live=True))
 
-    # swap: file (size, 0600, mkswap), one fstab entry, swapon.
-    if profile.swap:
-        spec = profile.swap
-        sf = facts.swap_file
-        host_path = under(root, spec.path)
+    def _swap_file(self, spec: SwapSpec) -> None:
+        facts, sf, host_path = self.facts, self.facts.swap_file, under(self.root, spec.path)
         if sf is None or not sf.exists:
-            state.swap = state.swap or SwapRecord(path=spec.path, created=True, activated=False,
-                                                  size_bytes=spec.size_bytes)
-            steps += [
-                Step(f"create {spec.path} ({spec.size_gib:g} GiB)",
-                     ("fallocate", "-l", str(spec.size_bytes), host_path)),
+            self.state.swap = self.state.swap or SwapRecord(path=spec.path, created=True, activated=False,
+                                                            size_bytes=spec.size_bytes)
+            self.steps += [
+                Step(f"create {spec.path} ({spec.size_gib:g} GiB)", ("fallocate", "-l", str(spec.size_bytes),
+                                                                       host_path)),
                 Step(f"chmod 600 {spec.path}", ("chmod", "600", host_path)),
                 Step(f"mkswap {spec.path}", ("mkswap", host_path)),
             ]
@@ -252,68 +255,92 @@ def plan_apply(facts: NodeFacts, profile: NodeProfile, *, previous: NodeState | 
         elif sf.is_swap is False:
             raise NodeError(f"{facts.host}: {spec.path} exists but is not a swap area",
                             fix=f"Move {spec.path} away, or choose another path in the profile's swap.path.")
-        else:
-            if sf.mode != "600":
-                steps.append(Step(f"chmod 600 {spec.path} (was {sf.mode})", ("chmod", "600", host_path)))
-        fstab = facts.file(F.FSTAB)
-        if not F.fstab_entries(fstab.text, spec.path):
-            write(F.FSTAB, fstab_with_swap(fstab.text, spec.path), "644", f"add {spec.path} to /etc/fstab")
-        if not any(s.path == spec.path for s in facts.swaps):
-            if live and state.swap is not None:
-                state.swap = state.swap.model_copy(update={"activated": True})
-            elif live:
-                state.swap = SwapRecord(path=spec.path, created=False, activated=True, size_bytes=spec.size_bytes)
-            live_steps.append(Step(f"swapon {spec.path}", ("swapon", spec.path), live=True))
+        elif sf.mode != "600":
+            self.steps.append(Step(f"chmod 600 {spec.path} (was {sf.mode})", ("chmod", "600", host_path)))
 
-    # the guard: module, config, unit; enabled and started where systemd runs.
-    if profile.guard.enabled:
+    def swap(self) -> None:
+        """The file (size, 0600, mkswap), one fstab entry, swapon."""
+        spec = self.profile.swap
+        if not spec:
+            return
+        self._swap_file(spec)
+        fstab = self.facts.file(F.FSTAB)
+        if not F.fstab_entries(fstab.text, spec.path):
+            self.write(F.FSTAB, fstab_with_swap(fstab.text, spec.path), "644", f"add {spec.path} to /etc/fstab")
+        if not any(s.path == spec.path for s in self.facts.swaps):
+            if self.live and self.state.swap is not None:
+                self.state.swap = self.state.swap.model_copy(update={"activated": True})
+            elif self.live:
+                self.state.swap = SwapRecord(path=spec.path, created=False, activated=True,
+                                             size_bytes=spec.size_bytes)
+            self.live_steps.append(Step(f"swapon {spec.path}", ("swapon", spec.path), live=True))
+
+    def _guard_unit(self) -> None:
+        unit = self.facts.guard_unit
+        if unit is not None and unit.active == "active" and unit.enabled == "enabled":
+            return
+        if self.live and self.state.guard_unit is None:
+            self.state.guard_unit = UnitRecord(name=F.GUARD_UNIT, was_enabled=unit.enabled if unit else "not-found",
+                                               was_active=unit.active if unit else "inactive")
+        self.live_steps += [Step("systemctl daemon-reload", ("systemctl", "daemon-reload"), live=True),
+                            Step(f"enable and start {F.GUARD_UNIT}", ("systemctl", "enable", "--now", F.GUARD_UNIT),
+                                 live=True)]
+
+    def guard(self, runs_dirs: Sequence[str] | None) -> None:
+        """Module, config, unit; enabled and started where systemd runs."""
+        facts = self.facts
+        if not self.profile.guard.enabled:
+            return
         dirs = list(runs_dirs) if runs_dirs is not None else [str(paths.runs_dir()), "/run/forklift/runs"]
         names = sorted({n for n in (facts.host, facts.hostname) if n})
-        cfg = guard_config(profile, runs_dirs=dirs, node_names=names)
-        write(F.GUARD_MODULE, guard_module_text(), "644", f"install the guard at {F.GUARD_MODULE}")
-        write(F.GUARD_CONFIG, json.dumps(cfg, indent=2) + "\n", "644", f"write {F.GUARD_CONFIG}")
+        cfg = guard_config(self.profile, runs_dirs=dirs, node_names=names)
+        self.write(F.GUARD_MODULE, guard_module_text(), "644", f"install the guard at {F.GUARD_MODULE}")
+        self.write(F.GUARD_CONFIG, json.dumps(cfg, indent=2) + "\n", "644", f"write {F.GUARD_CONFIG}")
         if not facts.guard_python_ok:
-            notes.append(f"{facts.guard_python} cannot import psutil on {facts.host}: the guard will not start "
-                         "until it can (e.g. `apt install python3-psutil`)")
-        if facts.has_systemd or not live:
-            write(F.GUARD_UNIT_FILE, guard_unit_text(facts.guard_python), "644", f"write {F.GUARD_UNIT_FILE}")
+            self.notes.append(f"{facts.guard_python} cannot import psutil on {facts.host}: the guard will not start "
+                              "until it can (e.g. `apt install python3-psutil`)")
+        if facts.has_systemd or not self.live:
+            self.write(F.GUARD_UNIT_FILE, guard_unit_text(facts.guard_python), "644", f"write {F.GUARD_UNIT_FILE}")
         if facts.has_systemd:
-            unit = facts.guard_unit
-            if unit is None or unit.active != "active" or unit.enabled != "enabled":
-                if live and state.guard_unit is None:
-                    state.guard_unit = UnitRecord(name=F.GUARD_UNIT, was_enabled=unit.enabled if unit else "not-found",
-                                                  was_active=unit.active if unit else "inactive")
-                live_steps += [Step("systemctl daemon-reload", ("systemctl", "daemon-reload"), live=True),
-                               Step(f"enable and start {F.GUARD_UNIT}",
-                                    ("systemctl", "enable", "--now", F.GUARD_UNIT), live=True)]
-        elif live:
-            notes.append(f"no systemd on {facts.host} (PID 1 is {facts.init}): the guard is not installed as a "
-                         "service; run `forklift node guard --foreground` there and keep it running")
+            self._guard_unit()
+        elif self.live:
+            self.notes.append(f"no systemd on {facts.host} (PID 1 is {facts.init}): the guard is not installed as a "
+                              "service; run `forklift node guard --foreground` there and keep it running")
 
-    # the display manager, only when asked.
-    if profile.display_manager.stop:
-        dm = facts.display_manager
+    def display_manager(self) -> None:
+        """Stopped only when the profile asks."""
+        spec, dm = self.profile.display_manager, self.facts.display_manager
+        if not spec.stop:
+            return
         if dm is None:
-            notes.append(f"no systemd on {facts.host}: cannot stop a display manager")
+            self.notes.append(f"no systemd on {self.facts.host}: cannot stop a display manager")
         elif dm.active in ("active", "activating"):
-            if live and state.display_manager is None:
-                state.display_manager = UnitRecord(name=profile.display_manager.unit, was_enabled=dm.enabled,
-                                                   was_active=dm.active)
-            live_steps.append(Step(f"stop {profile.display_manager.unit}",
-                                   ("systemctl", "stop", profile.display_manager.unit), live=True))
+            if self.live and self.state.display_manager is None:
+                self.state.display_manager = UnitRecord(name=spec.unit, was_enabled=dm.enabled, was_active=dm.active)
+            self.live_steps.append(Step(f"stop {spec.unit}", ("systemctl", "stop", spec.unit), live=True))
 
-    skipped: list[Step] = []
-    if live:
-        steps += live_steps
-    else:
-        skipped = live_steps
-        if live_steps:
-            notes.append(f"files-only under {root}: {len(live_steps)} live change(s) not made "
-                         "(sysctl -w, swapon, systemctl); the kernel was only read")
-    if steps:
-        # Parent directories that do not exist yet are created, and recorded so revert removes them.
+    def finish(self) -> ApplyPlan:
+        """Live steps (or, files-only, a note that they were skipped), then the state record and the parent
+        directories in front of everything."""
+        steps, skipped = list(self.steps), []
+        if self.live:
+            steps += self.live_steps
+        else:
+            skipped = self.live_steps
+            if skipped:
+                self.notes.append(f"files-only under {self.root}: {len(skipped)} live change(s) not made "
+                                  "(sysctl -w, swapon, systemctl); the kernel was only read")
+        if steps:
+            steps = self._head(steps) + steps
+        return ApplyPlan(self.facts.host, self.root, self.live, self.profile.name, not self.facts.is_root,
+                         tuple(steps), self.state, tuple(self.notes), tuple(skipped))
+
+    def _head(self, steps: list[Step]) -> list[Step]:
+        """Parent directories that do not exist yet are created, and recorded so revert removes them."""
+        state, root = self.state, self.root
         targets = [p for p in _step_paths(steps, root)] + [F.STATE_FILE]
-        missing = [d for d in F.parent_dirs(targets) if d not in facts.existing_dirs and d not in state.created_dirs]
+        missing = [d for d in F.parent_dirs(targets) if d not in self.facts.existing_dirs
+                   and d not in state.created_dirs]
         state.created_dirs += missing
         state_b64 = base64.b64encode(state.model_dump_json(indent=2).encode()).decode()
         head: list[Step] = []
@@ -321,9 +348,19 @@ def plan_apply(facts: NodeFacts, profile: NodeProfile, *, previous: NodeState | 
             head.append(Step(f"create {', '.join(missing)}", ("mkdir", "-p", *(under(root, d) for d in missing))))
         head.append(Step(f"record the previous state in {F.STATE_FILE}",
                          ("sh", "-c", _WRITE, "forklift-write", under(root, F.STATE_FILE), "644", "0:0"), state_b64))
-        steps = head + steps
-    return ApplyPlan(facts.host, root, live, profile.name, not facts.is_root, tuple(steps), state, tuple(notes),
-                     tuple(skipped))
+        return head
+
+
+def plan_apply(facts: NodeFacts, profile: NodeProfile, *, previous: NodeState | None = None,
+               runs_dirs: Sequence[str] | None = None) -> ApplyPlan:
+    """The steps that bring the node to ``profile`` (none when it is already there)."""
+    _refuse_unsafe(facts, profile)
+    build = _Builder(facts, profile, previous)
+    build.sysctl()
+    build.swap()
+    build.guard(runs_dirs)
+    build.display_manager()
+    return build.finish()
 
 
 def _step_paths(steps: Sequence[Step], root: str) -> list[str]:

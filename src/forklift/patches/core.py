@@ -1,8 +1,10 @@
 """The patch engine's core: standard library only, so the same file also runs as a program on a node.
 
 forklift imports it as a module. On a remote node it runs as ``python -c <this file's source> OP ARGS``
-(file reads and writes for the Runner), and inside a docker container the rendered entrypoint runs
-it with ``entry SPEC_JSON`` to apply patches before vLLM starts. Keep it free of forklift imports and
+(file reads and writes for the Runner). Inside a docker container forklift's launcher
+(``engine/vllm_main.py``) loads it from the run folder mounted at /opt/forklift/ and calls
+``container_apply_file`` before vLLM is imported (the standalone ``forklift patch entrypoint`` script runs
+it with ``entry SPEC_JSON``). Keep it free of forklift imports and
 third-party imports (``packaging`` is imported lazily; every vLLM environment has it).
 
 A patch changes one or more files of a vLLM tree. Each file is named by a dotted module (with
@@ -266,8 +268,33 @@ def _short(s: str, n: int = 60) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+def _decorators(tree: ast.Module) -> dict[str, list[str]]:
+    """Dotted path of every class and def -> its decorators' source."""
+    out: dict[str, list[str]] = {}
+
+    def walk(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                out[prefix + node.name] = [ast.unparse(d) for d in node.decorator_list]
+                walk(node.body, prefix + node.name + ".")
+
+    walk(tree.body, "")
+    return out
+
+
+def stolen_decorators(before: str, after: str) -> list[str]:
+    """Definitions that lost their decorators to a definition the edit inserted between them (an anchor that
+    starts at ``class X`` when ``@decorator`` sits above it)."""
+    old, new = _decorators(ast.parse(before)), _decorators(ast.parse(after))
+    lost = {name: decs for name, decs in old.items() if decs and name in new and not new[name]}
+    added = {name: decs for name, decs in new.items() if name not in old and decs}
+    return [f"{name} lost its decorators {', '.join('@' + d for d in decs)} to the inserted {thief}"
+            for name, decs in lost.items() for thief, got in added.items() if got == decs]
+
+
 def apply_edits(text: str, edits: tuple[Edit, ...] | list[Edit]) -> str:
     """The text with every edit applied in order; raises Drift listing every anchor that did not match."""
+    original = text
     problems: list[str] = []
     vanished = 0
     for i, e in enumerate(edits, 1):
@@ -307,6 +334,9 @@ def apply_edits(text: str, edits: tuple[Edit, ...] | list[Edit]) -> str:
         ast.parse(text)
     except SyntaxError as exc:
         raise Drift([f"patched file does not parse (line {exc.lineno}: {exc.msg}); the replacement is wrong"]) from exc
+    stolen = stolen_decorators(original, text)
+    if stolen:
+        raise Drift([f"the replacement is wrong: {s}; include the decorator lines in the anchor" for s in stolen])
     return text
 
 
@@ -769,25 +799,94 @@ def _program(argv: list[str]) -> int:  # pragma: no cover - exercised through su
 
 
 def _entry(spec: dict[str, Any]) -> int:  # pragma: no cover - exercised through the rendered script
-    """Container start: apply and verify every patch, or stop before vLLM loads anything."""
+    """Container start (the rendered entrypoint script): apply and verify, or stop before vLLM loads."""
+    return container_apply(spec, sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Container start: forklift's launcher (engine/vllm_main.py) calls this before vLLM is imported
+
+SPEC_FORMAT = 1
+ERROR_PREFIX = "[forklift-patch] ERROR"
+_VERBS = {"applied": "applied to", "already-applied": "already applied to", "present": "present in"}
+
+
+def spec_entries(spec: dict[str, Any]) -> list[tuple[PatchDef, bool, str | None]]:
+    """(patch, ignore_version, because) per patch of a container spec.
+
+    ``{"format": 1, "patches": [{"patch": {...}, "ignore_version": bool, "because": str|None}]}``; the older
+    ``{"ignore_version": bool, "patches": [{...PatchDef...}]}`` is read too.
+    """
+    if "format" not in spec:
+        return [(PatchDef.from_json(p), bool(spec.get("ignore_version")), None) for p in spec["patches"]]
+    return [(PatchDef.from_json(e["patch"]), bool(e.get("ignore_version")), e.get("because"))
+            for e in spec["patches"]]
+
+
+def marker_lines(tree: Any, patch: PatchDef, result: dict[str, Any]) -> list[str]:
+    """One log line per file: ``[forklift-patch ID] applied to vllm/FILE (sha256 HEX) on vLLM X``."""
+    base = os.path.basename(getattr(tree, "root", "vllm").rstrip(os.sep)) or "vllm"
+    out = []
+    for f in result["files"]:
+        data = tree.read(f["rel"])
+        digest = sha256(data) if data is not None else "missing"
+        verb = _VERBS.get(str(result["action"]), str(result["action"]))
+        out.append(f"{patch.marker} {verb} {base}/{f['rel']} (sha256 {digest}) on vLLM {tree.version}")
+    return out
+
+
+def apply_entries(tree: Any, entries: list[tuple[PatchDef, bool, str | None]], emit: Any) -> None:
+    """Apply and verify each patch in order, calling ``emit(line)`` for each line that proves it (as soon as
+    that patch is done). Raises CoreError."""
+    for patch, ignore_version, because in entries:
+        if ignore_version and version_in_range(tree.version, patch.vllm) is not True:
+            emit(f"{patch.marker} vLLM {tree.version} is outside vllm{patch.vllm}; applied anyway "
+                 f"(any_version: {because or 'set by the caller'})")
+        res = apply(tree, patch, ignore_version=ignore_version)
+        failures = verify(tree, patch)
+        if failures:
+            raise CoreError("verify", patch.id, f"patch {patch.id}: applied but not verified: " + "; ".join(failures))
+        for line in marker_lines(tree, patch, res):
+            emit(line)
+
+
+def container_apply(spec: dict[str, Any], out: Any) -> int:
+    """Apply the spec's patches to the vLLM this Python would import, writing one line per file to ``out``.
+
+    Returns 0, or 3 after an ``[forklift-patch] ERROR`` line (the caller must then not start vLLM).
+    """
     loc = locate_vllm()
     if loc["root"] is None:
-        sys.stderr.write("[forklift-patch] ERROR: vllm is not importable by " + sys.executable + "\n")
+        out.write(f"{ERROR_PREFIX} (missing): vllm is not importable by {sys.executable}; vLLM was not started\n")
         return 3
     tree = DirTree(loc["root"], loc["version"])
-    patches = [PatchDef.from_json(p) for p in spec["patches"]]
+
+    def emit(line: str) -> None:
+        out.write(line + "\n")
+        out.flush()
+
     try:
-        for p in patches:
-            res = apply(tree, p, ignore_version=bool(spec.get("ignore_version")))
-            failures = verify(tree, p)
-            if failures:
-                raise CoreError("verify", p.id, f"patch {p.id}: " + "; ".join(failures))
-            files = ", ".join(f["rel"] for f in res["files"])
-            sys.stderr.write(f"{p.marker} {res['action']} ({files}) on vLLM {tree.version}\n")
+        apply_entries(tree, spec_entries(spec), emit)
     except CoreError as exc:
-        sys.stderr.write(f"[forklift-patch] ERROR ({exc.kind}): {exc}\n")
+        out.write(f"{ERROR_PREFIX} ({exc.kind}): {exc}\n")
+        out.write(f"{ERROR_PREFIX} vLLM was not started: `forklift patch check --against vllm==VERSION` shows "
+                  "which patches fit a release; drop or fix the patch in the recipe\n")
+        return 3
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        out.write(f"{ERROR_PREFIX} (spec): {type(exc).__name__}: {exc}; vLLM was not started\n")
         return 3
     return 0
+
+
+def container_apply_file(path: str, out: Any) -> int:
+    """``container_apply`` for the JSON file forklift mounted into the container."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            spec = json.load(f)
+    except (OSError, ValueError) as exc:
+        out.write(f"{ERROR_PREFIX} (spec): cannot read {path}: {exc}; vLLM was not started\n")
+        return 3
+    return container_apply(spec, out)
 
 
 if __name__ == "__main__":  # pragma: no cover

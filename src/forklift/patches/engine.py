@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -31,6 +31,7 @@ from forklift.errors import (
 )
 from forklift.patches import core, releases
 from forklift.patches.spec import Patch
+from forklift.recipe.schema import PatchRef
 
 if TYPE_CHECKING:  # the Runner protocol only; patches sit below cluster in the import stack
     from forklift.runner import Runner
@@ -279,11 +280,12 @@ class _Overlay:
         return self.base.unwritable(rels)
 
 
-def _apply_all(tree: Tree, patches: Sequence[Patch], *, ignore_version: bool) -> list[AppliedPatch]:
+def _apply_all(tree: Tree, patches: Sequence[Patch], *, ignore_version: bool,
+               any_version: Collection[str] = ()) -> list[AppliedPatch]:
     out = []
     for p in patches:
         try:
-            res = core.apply(tree, p.to_core(), ignore_version=ignore_version)
+            res = core.apply(tree, p.to_core(), ignore_version=ignore_version or p.id in any_version)
             failures = core.verify(tree, p.to_core())
             if failures:
                 raise core.CoreError("verify", p.id, f"patch {p.id}: " + "; ".join(failures))
@@ -294,17 +296,18 @@ def _apply_all(tree: Tree, patches: Sequence[Patch], *, ignore_version: bool) ->
 
 
 def apply(tree: Tree, patches: Sequence[Patch], *, dry_run: bool = False,
-          ignore_version: bool = False) -> list[AppliedPatch]:
+          ignore_version: bool = False, any_version: Collection[str] = ()) -> list[AppliedPatch]:
     """Apply and verify each patch, in order; a patch already applied (or already present) is a no-op.
 
     Every patch is first applied to an in-memory overlay of the tree (so patches stacked on one file
     are checked in order): if any cannot apply, nothing at all is written. ``dry_run`` stops there.
+    ``any_version``: ids applied whatever the vLLM version (a recipe's ``any_version: true`` entries).
     """
-    planned = _apply_all(_Overlay(tree), patches, ignore_version=ignore_version)
+    planned = _apply_all(_Overlay(tree), patches, ignore_version=ignore_version, any_version=any_version)
     if dry_run:
         return [AppliedPatch(a.id, a.marker, a.host, a.vllm_root, a.vllm_version,
                              "would-apply" if a.action == "applied" else a.action, a.files) for a in planned]
-    return _apply_all(tree, patches, ignore_version=ignore_version)
+    return _apply_all(tree, patches, ignore_version=ignore_version, any_version=any_version)
 
 
 def verify(tree: Tree, patches: Sequence[Patch]) -> list[VerifyResult]:
@@ -323,17 +326,20 @@ def revert(tree: Tree, patches: Sequence[Patch], *, dry_run: bool = False) -> li
     return list(reversed(out))
 
 
-def apply_for_recipe(runner: Runner, python: str, patch_ids: Sequence[str]) -> list[AppliedPatch]:
-    """What ``forklift up`` calls on every node before starting: apply and verify the recipe's patches.
+def apply_for_recipe(runner: Runner, python: str, entries: Sequence[str | PatchRef]) -> list[AppliedPatch]:
+    """What ``forklift up`` calls on every node before starting (venv runtime): apply and verify the recipe's
+    patches (ids, or recipe entries whose ``any_version`` allows any vLLM version).
 
     Raises a PatchError subclass (nothing of a failing patch written) when one cannot apply.
     """
     from forklift.patches.spec import get
 
-    if not patch_ids:
+    if not entries:
         return []
-    patches = get(list(patch_ids))
-    return apply(open_tree(runner, python), patches)
+    refs = [PatchRef(id=e) if isinstance(e, str) else e for e in entries]
+    patches = get([r.id for r in refs])
+    anyv = {p.id for p, r in zip(patches, refs, strict=True) if r.any_version}
+    return apply(open_tree(runner, python), patches, any_version=anyv)
 
 
 def check_releases(versions: Sequence[str], patches: Sequence[Patch], *,

@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Sequence
 
 from forklift.errors import PatchError
+from forklift.patches.core import SPEC_FORMAT
 from forklift.patches.engine import core_source
 from forklift.patches.spec import Patch
 
@@ -26,8 +27,8 @@ def render_entrypoint(patches: Sequence[Patch], *, python: str = "python3", igno
     src = core_source()
     if _PROG_END in src:
         raise PatchError("core.py contains the here-document delimiter; rename the delimiter")
-    spec = json.dumps({"ignore_version": ignore_version, "patches": [p.to_core().to_json() for p in patches]},
-                      sort_keys=True)
+    entries = [{"patch": p.to_core().to_json(), "ignore_version": ignore_version, "because": None} for p in patches]
+    spec = json.dumps({"format": SPEC_FORMAT, "patches": entries}, sort_keys=True)
     ids = ", ".join(p.id for p in patches) or "(none)"
     return (
         "#!/bin/sh\n"

@@ -97,6 +97,18 @@ def _ladder(c: Core) -> list[Advice]:
     return [a for _, a in steps]
 
 
+def _shorter_fitting(c: Core) -> tuple[int, Core] | None:
+    """When no length fits at this max_model_len (the pool itself is gone), halve it: the profile's MLA and DSA
+    indexer buffers shrink with max_model_len, so a shorter context can free the pool."""
+    length = c.settings.max_model_len // 2
+    while length >= 2048:
+        alt = _with_sets(c, [f"serve.max_model_len={length}"])
+        if alt is not None and alt.fits:
+            return length, alt
+        length //= 2
+    return None
+
+
 def _context_and_dcp(c: Core) -> list[Advice]:
     st, out = c.settings, []
     if 0 < c.largest_len < st.max_model_len:
@@ -105,6 +117,11 @@ def _context_and_dcp(c: Core) -> list[Advice]:
         if alt is not None:
             out.append(_advice(f"shorter context: max_model_len {st.max_model_len} -> {c.largest_len}", sets, alt,
                                f"fits one {c.largest_len}-token request"))
+    elif c.largest_len == 0 and (found := _shorter_fitting(c)) is not None:
+        length, alt = found
+        out.append(_advice(f"shorter context: max_model_len {st.max_model_len} -> {length} (the profile's "
+                           "context-sized buffers shrink with it)", [f"serve.max_model_len={length}"], alt,
+                           f"KV pool {min(alt.pools) / GIB:.2f} GiB per rank; {alt.kv_tokens:,} KV tokens"))
     if c.ctx.spec.attention == "mla" and st.tp > 1 and st.dcp == 1:
         sets = [f"parallel.dcp={st.tp}"]
         alt = _with_sets(c, sets)

@@ -1,24 +1,28 @@
 """The planner's core: settings as vLLM will resolve them, then per-rank memory and KV capacity.
 
 Everything here is pure arithmetic over a Deployment, a model spec and the version rules; ``make`` wraps it
-with notes, advice and the roofline.
+with notes, advice and the roofline. The KV manager is ``kvcache`` / ``kvspecs``; the non-weight terms ``terms``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
-from forklift.errors import HardwareError
+from forklift.errors import HardwareError, PlanError
 from forklift.hardware.detect import local_amx
 from forklift.hardware.profiles import HardwareProfile
 from forklift.hardware.profiles import get as get_profile
 from forklift.model.load import SpecSource
 from forklift.model.quant import online_scheme
 from forklift.model.spec import ModelSpec
-from forklift.plan import calibrate, layout, rules
+from forklift.plan import calibrate, kvspecs, layout, rules, terms
 from forklift.plan import memory as mem
+from forklift.plan.kvcache import KvLayout, LayerKv, largest_fitting_len
+from forklift.plan.kvcache import layout as kv_layout
 from forklift.plan.model import RankPlan
 from forklift.recipe.deployment import Deployment
+from forklift.speculative import sizing
 
 GIB = mem.GIB
 _MTP_METHODS = ("mtp",)
@@ -35,13 +39,20 @@ class Settings:
     max_model_len: int
     kv_dtype: str
     dtype_bytes: int
-    block: int
+    block: int | None
     tp: int
     pp: int
     dcp: int
     eager: bool
     include_mtp: bool
     partition: list[int]
+    dp: int = 1
+    ep: bool = False
+    num_spec: int = 0
+    capability: str = ""
+    runner: str = "v1"
+    prefix_caching: bool | None = None
+    kv_budget: int | str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,14 @@ class Context:
     def profile_of(self, rank: int) -> HardwareProfile:
         return self.profiles[self.place.node_of(rank)]
 
+    def kv_inputs(self) -> kvspecs.KvInputs:
+        st = self.st
+        return kvspecs.KvInputs(
+            tp=st.tp, kv_dtype=st.kv_dtype, model_dtype_bytes=st.dtype_bytes, capability=st.capability,
+            platform=st.platform, max_model_len=st.max_model_len, mnbt=st.mnbt, block=st.block,
+            amx=self.profiles[0].amx, dcp=st.dcp, pp=st.pp, runner=st.runner, num_spec=st.num_spec,
+            include_mtp=st.include_mtp, prefix_caching=st.prefix_caching)
+
 
 @dataclass(frozen=True)
 class Core:
@@ -73,7 +92,7 @@ class Core:
 
     ctx: Context
     ranks: list[RankPlan]
-    layouts: list[mem.KvLayout]
+    layouts: list[KvLayout]
     pools: list[int]
     num_blocks: int
     kv_tokens: int
@@ -93,8 +112,8 @@ class Core:
 
 
 def node_profiles(deployment: Deployment) -> list[HardwareProfile]:
-    """Hardware profile per node: the local CPU's AMX when it plans for this machine, and the memory free at
-    launch on unified-memory nodes when ``forklift hw --node`` measured it."""
+    """Hardware profile per node: the local CPU's AMX when it plans for this machine, and the memory measured by
+    ``forklift hw --node`` on unified-memory nodes (free at launch, and the total)."""
     out = []
     for node in deployment.nodes:
         prof = get_profile(node.hardware)
@@ -102,53 +121,62 @@ def node_profiles(deployment: Deployment) -> list[HardwareProfile]:
             prof = prof.model_copy(update={"amx": local_amx()})
         measured = deployment.facts.get(node.host)
         if prof.unified and measured is not None and measured.mem_available_gib:
-            prof = prof.model_copy(update={"available_gib": measured.mem_available_gib})
+            update = {"available_gib": measured.mem_available_gib}
+            if measured.mem_total_gib and prof.kind == "cuda":
+                update["memory_gib"] = measured.mem_total_gib
+            prof = prof.model_copy(update=update)
         out.append(prof)
     if len({p.kind for p in out}) > 1:
         raise HardwareError("the recipe mixes CPU and GPU nodes", fix="Use one kind of hardware for every node.")
     return out
 
 
-def _block_size(platform: str, spec: ModelSpec, requested: int | None, amx: bool) -> int:
-    blocks = rules.block_sizes()
-    if platform == "cpu":
-        return blocks["cpu_mla_without_amx"] if spec.mla is not None and not amx else (requested or blocks["cpu"])
-    if spec.indexer is not None:
-        return blocks["cuda_sparse_mla"]
-    return requested or blocks["cuda"]
+def _check_version(spec: ModelSpec, vr: rules.VersionRules) -> None:
+    if spec.vllm_min and rules.version_key(vr.version) < rules.version_key(spec.vllm_min):
+        raise PlanError(f"vLLM {vr.version} does not serve {spec.architecture} (first in {spec.vllm_min})",
+                        fix=f"Run vLLM {spec.vllm_min} or newer (--vllm-version), or use the model's other "
+                        "architecture name if its config offers one.")
 
 
 def settings(deployment: Deployment, spec: ModelSpec, profiles: list[HardwareProfile],
              vr: rules.VersionRules) -> Settings:
     s, par = deployment.recipe.serve, deployment.recipe.parallel
-    platform = profiles[0].kind
-    d_mnbt, d_seqs = rules.batch_defaults(platform, min(p.memory_gib for p in profiles))
+    prof = min(profiles, key=lambda p: p.memory_gib)
+    platform = prof.kind
+    d_mnbt, d_seqs = rules.batch_defaults(vr, platform, prof.memory_gib, prof.name, prof.compute_capability,
+                                          workers=par.tp * par.pp)
     dtype_bytes = {"bfloat16": 2, "float16": 2, "float32": 4}.get(s.dtype, spec.dtype_bytes)
+    quantized = spec.quant.method != "none" or s.quantization is not None
+    spec_method = s.speculative.method if s.speculative is not None else None
     return Settings(
         platform=platform,
         util=None if platform == "cpu" else (s.gpu_memory_utilization or vr.gpu_memory_utilization),
         mnbt=s.max_num_batched_tokens or d_mnbt, seqs=s.max_num_seqs or d_seqs,
         max_model_len=s.max_model_len or spec.max_position_embeddings,
-        kv_dtype=s.kv_cache_dtype, dtype_bytes=dtype_bytes,
-        block=_block_size(platform, spec, s.block_size, profiles[0].amx), tp=par.tp, pp=par.pp, dcp=par.dcp,
-        eager=s.enforce_eager or platform == "cpu",
-        include_mtp=s.speculative is not None and s.speculative.method in _MTP_METHODS,
-        partition=layout.pp_partition(spec.num_layers, par.pp, par.pp_layer_partition),
+        kv_dtype=kvspecs.resolved_kv_dtype(s.kv_cache_dtype, spec, vr, prof.compute_capability),
+        dtype_bytes=dtype_bytes, block=s.block_size, tp=par.tp, pp=par.pp, dcp=par.dcp,
+        eager=s.enforce_eager or platform == "cpu", include_mtp=spec_method in _MTP_METHODS,
+        partition=layout.pp_partition(spec.num_layers, par.pp, par.pp_layer_partition), dp=par.dp,
+        ep=s.enable_expert_parallel, num_spec=s.speculative.num_speculative_tokens if s.speculative else 0,
+        capability=prof.compute_capability,
+        runner=vr.runner_for(spec.architecture, moe=spec.is_moe, hybrid=spec.is_hybrid, quantized=quantized),
+        prefix_caching=s.enable_prefix_caching, kv_budget=s.kv_cache_memory_bytes,
     )
 
 
 def context(deployment: Deployment, src: SpecSource, vr: rules.VersionRules) -> Context:
     """Check the layout as vLLM would, place the ranks and resolve the settings."""
     par = deployment.recipe.parallel
+    _check_version(src.spec, vr)
     layout.check_parallel(src.spec, par.tp, par.pp, par.dcp)
     profiles = node_profiles(deployment)
     place = layout.placement(par.tp, par.pp, len(deployment.nodes),
-                             [p.gpus if p.kind == "cuda" else None for p in profiles])
+                             [p.gpus if p.kind == "cuda" else None for p in profiles], dp=par.dp)
     return Context(deployment, src, vr, profiles, place, settings(deployment, src.spec, profiles, vr))
 
 
 @dataclass(frozen=True)
-class _Terms:
+class Terms:
     """The non-KV terms of one rank (bytes) and whether vLLM subtracts the CUDA-graph estimate."""
 
     weights: float
@@ -156,60 +184,145 @@ class _Terms:
     non_torch: float
     cudagraph: float
     cudagraph_subtracted: bool
+    graphs: tuple[int, int] = (0, 0)
 
 
-def _terms(ctx: Context, stage: int, table: mem.WeightTable, stored: list[float] | None,
-           cal: calibrate.Calibration | None) -> _Terms:
+def profile_batch(ctx: Context, block: int) -> terms.Batch:
+    """The profile run's shapes: N = max_num_batched_tokens per rank; every MoE layer sees the tokens of all DP
+    ranks (the DP all-gather before the experts), and experts are split tp x dp ways unless EP keeps them whole.
+    ``block``: the KV block size after the hybrid alignment (MLA sizes its prefill workspace with it)."""
+    st = ctx.st
+    return terms.Batch(tp=st.tp, mnbt=st.mnbt, seqs=st.seqs, max_model_len=st.max_model_len, block=block,
+                       dtype_bytes=st.dtype_bytes, tokens_to_experts=st.mnbt * st.dp,
+                       expert_tp=1 if st.ep else st.tp * st.dp, capability=st.capability, num_spec=st.num_spec,
+                       moe_backend=moe_backend(ctx),
+                       attention=terms.attention_backend(ctx.spec, st.capability, st.kv_dtype),
+                       unified=any(p.unified for p in ctx.profiles))
+
+
+def moe_backend(ctx: Context) -> str:
+    """Which fused-MoE kernel holds the profile's MoE buffers (fused_moe/oracle/*.py @0.26.0): MXFP4 on Hopper goes
+    to OAI triton_kernels (monolithic); NVFP4 on SM12x to FlashInfer's CUTLASS MoE, the first NVFP4 backend there
+    (TRTLLM and CuteDSL are SM10x only; FlashInferExperts take kNvfp4 from SM100 up); everything else to Triton."""
+    st, spec = ctx.st, ctx.spec
+    if spec.moe is None or st.platform != "cuda":
+        return "triton"
+    quant = online_scheme(ctx.deployment.recipe.serve.quantization, spec.quant)
+    if quant.method == "mxfp4" and st.capability.startswith("9."):
+        return "monolithic"
+    experts = quant.format_for("model.layers.1.mlp.experts", linear=True, role="experts", base="bf16")
+    if experts == "nvfp4" and st.capability.startswith("12."):
+        return "flashinfer_cutlass"
+    return "triton"
+
+
+def stage_layout(ctx: Context, stage: int) -> KvLayout:
+    """One worker's KV layout for a PP stage (every TP rank of a stage has the same)."""
+    start, end = ctx.ranges[stage]
+    x = ctx.kv_inputs()
+    last = stage == ctx.st.pp - 1
+    layers = kvspecs.layer_specs(ctx.spec, start, end, last, x, ctx.vr)
+    draft = draft_cost(ctx) if last else None
+    if draft is not None and draft.kv_bytes_per_token:  # [speculative] a separate draft's KV shares the pool
+        layers.append(LayerKv("full", per_token=int(draft.kv_bytes_per_token)))
+    return kv_layout(layers, kvspecs.kv_config(ctx.spec, x, ctx.vr))
+
+
+def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stored: list[float] | None,
+           cal: calibrate.Calibration | None) -> Terms:
     st, spec = ctx.st, ctx.spec
     start, end = ctx.ranges[stage]
     first, last = stage == 0, stage == st.pp - 1
     weights = stored[stage] if stored is not None else table.stage(start, end, first, last)
-    graphs = st.platform == "cuda" and not st.eager
+    draft = draft_cost(ctx)  # [speculative] a separate draft (or MTP's embedding copy under PP) on the last stage
+    if last and draft is not None:
+        weights += draft.weight_bytes
+    graphs_on = st.platform == "cuda" and not st.eager
     if cal is not None:
-        return _Terms(weights, cal.per_stage_activation.get(stage, cal.activation_gib) * GIB,
-                      cal.non_torch_gib * GIB, cal.cudagraph_gib * GIB, cal.cudagraph_subtracted)
-    act = mem.activation_bytes(spec, start, end, tp=st.tp, mnbt=st.mnbt, max_num_seqs=st.seqs, last_stage=last,
-                               dtype_bytes=st.dtype_bytes)
-    cg = mem.cudagraph_bytes(st.seqs, st.mnbt)[0] if graphs else 0.0
-    return _Terms(weights, act, mem.non_torch_bytes(st.tp, st.pp), cg,
-                  graphs and ctx.vr.subtracts_cudagraphs(spec.moe is not None))
+        return Terms(weights, cal.per_stage_activation.get(stage, cal.activation_gib) * GIB, cal.non_torch_gib * GIB,
+                     cal.cudagraph_gib * GIB, cal.cudagraph_subtracted)
+    b = replace(profile_batch(ctx, lay.block_size), layers=end - start)
+    act = terms.activation(spec, start, end, last, b, ctx.vr, st.runner).total
+    cg, graphs = terms.cudagraph_estimate(spec, ctx.vr, b) if graphs_on else (0.0, (0, 0))
+    nodes = len(ctx.deployment.nodes)
+    non_torch = terms.non_torch(st.tp, st.pp, nodes) + terms.profile_host(spec, b)
+    return Terms(weights, act, non_torch, cg, graphs_on and ctx.vr.subtracts_cudagraphs(st.runner), graphs)
 
 
-def _rank(ctx: Context, rank: int, terms: _Terms, cpu_pool: int) -> tuple[RankPlan, mem.KvLayout, int]:
-    st, spec = ctx.st, ctx.spec
-    stage, tp_rank = divmod(rank, st.tp)
+def requested_bytes(ctx: Context, rank: int) -> float:
+    """request_memory: ceil(total x gpu_memory_utilization) of the GPU (on unified memory the CUDA total)."""
+    assert ctx.st.util is not None
+    return float(math.ceil(ctx.profile_of(rank).memory_gib * GIB * ctx.st.util))
+
+
+def _rank(ctx: Context, rank: int, t: Terms, lay: KvLayout, cpu_pool: int) -> tuple[RankPlan, int]:
+    st = ctx.st
+    stage, tp_rank = divmod(rank % (st.tp * st.pp), st.tp)
     start, end = ctx.ranges[stage]
     prof = ctx.profile_of(rank)
     if st.platform == "cpu":
         requested, pool = float(cpu_pool), cpu_pool
     else:
-        assert st.util is not None
-        requested = prof.memory_gib * GIB * st.util
-        pool = int(requested - terms.weights - terms.activation - terms.non_torch
-                   - (terms.cudagraph if terms.cudagraph_subtracted else 0.0))
-    kv = mem.kv_layout(spec, start, end, tp=st.tp, kv_cache_dtype=st.kv_dtype, dtype_bytes=st.dtype_bytes)
-    need = mem.kv_needed_bytes(kv, st.max_model_len, st.block, st.dcp, spec.sliding_window, st.mnbt)
+        requested = requested_bytes(ctx, rank)
+        pool = int(requested - t.weights - t.activation - t.non_torch - (t.cudagraph if t.cudagraph_subtracted else 0))
+        if isinstance(st.kv_budget, int):
+            pool = st.kv_budget
     plan = RankPlan(
         rank=rank, host=ctx.deployment.nodes[ctx.place.node_of(rank)].host, hardware=prof.name, pp_stage=stage,
         tp_rank=tp_rank, layers=end - start, layer_start=start, layer_end=end, total_gib=round(prof.memory_gib, 2),
-        requested_gib=mem.round_gib(requested), weights_gib=mem.round_gib(terms.weights),
-        activation_gib=mem.round_gib(terms.activation), cudagraph_gib=mem.round_gib(terms.cudagraph),
-        cudagraph_subtracted=terms.cudagraph_subtracted, non_torch_gib=mem.round_gib(terms.non_torch),
-        kv_pool_gib=mem.round_gib(pool), kv_bytes_per_token=kv.bytes_per_token,
-        num_blocks=mem.num_blocks(pool, kv, st.block), kv_needed_gib=mem.round_gib(need),
+        requested_gib=mem.round_gib(requested), weights_gib=mem.round_gib(t.weights),
+        activation_gib=mem.round_gib(t.activation), cudagraph_gib=mem.round_gib(t.cudagraph),
+        cudagraph_subtracted=t.cudagraph_subtracted, non_torch_gib=mem.round_gib(t.non_torch),
+        kv_pool_gib=mem.round_gib(pool), kv_bytes_per_token=lay.bytes_per_token, num_blocks=lay.num_blocks(pool),
+        kv_needed_gib=mem.round_gib(lay.needed_bytes()),
     )
-    return plan, kv, pool
+    return plan, pool
+
+
+def expert_share(ctx: Context) -> mem.ExpertShare:
+    """The routed experts one rank holds (the busiest rank under EP) and the MXFP4 backend's padding."""
+    st, spec = ctx.st, ctx.spec
+    pad: tuple[int, int] | None = None
+    if spec.quant.method == "mxfp4" and st.platform == "cuda":
+        key = {"9": "9.0", "10": "10.0", "12": "12.1"}.get(st.capability.split(".")[0], "9.0")
+        backend = rules.data()["mxfp4_backend"][key]
+        inter = backend["inter"]
+        if isinstance(inter, dict):
+            keys = [k for k in inter if rules.version_key(k) <= rules.version_key(ctx.vr.version)] or list(inter)
+            inter = inter[max(keys, key=rules.version_key)]
+        pad = (int(backend["hidden"]), int(inter))
+    if st.ep and spec.moe is not None:
+        ways = st.tp * st.dp
+        local = -(-spec.moe.n_routed // ways)
+        return mem.ExpertShare(tp=ways, local=local, total=spec.moe.n_routed, mxfp4_pad=pad)
+    return mem.ExpertShare(tp=st.tp * st.dp, mxfp4_pad=pad)
+
+
+# --- [speculative] draft weights and KV: the arithmetic is forklift.speculative.sizing's -----------------------
+
+
+def draft_cost(ctx: Context) -> sizing.DraftCost | None:
+    """What the recipe's speculative draft adds to each rank of the last stage (None without one)."""
+    cfg = ctx.deployment.recipe.serve.speculative
+    if cfg is None:
+        return None
+    return sizing.draft_cost(ctx.spec, cfg, tp=ctx.st.tp, pp=ctx.st.pp, dtype_bytes=ctx.st.dtype_bytes,
+                             draft=sizing.read_draft(getattr(cfg, "model", None)))
+
+
+# ------------------------------------------------------------------------------------------------------------
 
 
 def weight_table(ctx: Context) -> tuple[mem.WeightTable, list[float] | None]:
     """Weight bytes per layer from parameter counts, and per stage from safetensors headers when the
     checkpoint is on this machine (and is what will be served)."""
     st, spec, recipe = ctx.st, ctx.spec, ctx.deployment.recipe
-    base = {2: "bf16", 4: "fp32"}.get(st.dtype_bytes, "bf16")
     quant = online_scheme(recipe.serve.quantization, spec.quant)
-    table = mem.weight_table(spec, quant, base, st.tp, st.pp, include_mtp=st.include_mtp)
+    table = mem.weight_table(spec, quant, float(st.dtype_bytes), st.tp, st.pp, include_mtp=st.include_mtp,
+                             experts=expert_share(ctx))
     stored = None
-    if recipe.model.load_format != "dummy" and ctx.src.checkpoint_dir is not None and quant is spec.quant:
+    if recipe.model.load_format != "dummy" and ctx.src.checkpoint_dir is not None and quant is spec.quant \
+            and st.dp == 1 and spec.quant.method != "mxfp4":
         stored = mem.checkpoint_stage_bytes(spec, ctx.src.checkpoint_dir, ctx.ranges, st.tp,
                                             include_mtp=st.include_mtp)
     return table, stored
@@ -229,49 +342,78 @@ def core(ctx: Context, *, use_calibration: bool = True) -> Core:
     table, stored = weight_table(ctx)
     cal = calibration_for(ctx) if use_calibration else None
     cpu_pool = int((ctx.deployment.recipe.serve.cpu_kv_cache_gib or rules.estimate()["cpu_kv_default_gib"]) * GIB)
+    stages = [stage_layout(ctx, s) for s in range(st.pp)]
+    stage_terms = [_terms(ctx, s, stages[s], table, stored, cal) for s in range(st.pp)]
     ranks, layouts, pools = [], [], []
     for r in range(ctx.place.world):
-        plan, kv, pool = _rank(ctx, r, _terms(ctx, r // st.tp, table, stored, cal), cpu_pool)
+        stage = (r // st.tp) % st.pp
+        plan, pool = _rank(ctx, r, stage_terms[stage], stages[stage], cpu_pool)
         ranks.append(plan)
-        layouts.append(kv)
+        layouts.append(stages[stage])
         pools.append(pool)
     n_blocks = min(r.num_blocks for r in ranks)
-    per_req = mem.blocks_per_request(layouts[0], st.max_model_len, st.block, st.dcp, spec.sliding_window, st.mnbt)
-    largest = mem.largest_fitting_len(layouts, pools, max(st.max_model_len, spec.max_position_embeddings), st.block,
-                                      st.dcp, spec.sliding_window, st.mnbt)
+    upper = max(st.max_model_len, spec.max_position_embeddings)
+    largest = _largest_len(ctx, layouts, pools, upper)
     return Core(ctx=ctx, ranks=ranks, layouts=layouts, pools=pools, num_blocks=n_blocks,
-                kv_tokens=(n_blocks // layouts[0].n_groups) * st.block * st.dcp,
-                max_conc=n_blocks / per_req if per_req else 0.0, largest_len=largest,
-                error=startup_error(ctx, ranks, largest), table=table, calibration=cal)
+                kv_tokens=layouts[0].tokens(n_blocks), max_conc=layouts[0].concurrency(n_blocks),
+                largest_len=largest, error=startup_error(ctx, ranks, layouts, pools, largest), table=table,
+                calibration=cal)
+
+
+def _largest_len(ctx: Context, layouts: list[KvLayout], pools: list[int], upper: int) -> int:
+    if ctx.vr.kv_fit_check == "global_min" and ctx.st.pp > 1:
+        # 0.14-0.16: the whole model's per-request KV (every stage's layers) against one worker's memory
+        stage_layouts = layouts[:: ctx.st.tp][: ctx.st.pp]
+        total = _GlobalLayout(stage_layouts)
+        return largest_fitting_len([total], [min(pools)], upper)
+    return largest_fitting_len(layouts, pools, upper)
+
+
+@dataclass(frozen=True)
+class _GlobalLayout:
+    """The whole model's KV groups seen as one worker (vLLM 0.14-0.16's PP startup check)."""
+
+    stages: list[KvLayout]
+
+    def needed_bytes(self, length: int | None = None) -> int:
+        return sum(lay.needed_bytes(length) for lay in self.stages)
 
 
 def _free_memory_error(ctx: Context, ranks: list[RankPlan]) -> str | None:
-    context_gib = float(rules.estimate().get("cuda_context_gib", 0.5))
+    st = ctx.st
     for rank in ranks:
         prof = ctx.profile_of(rank.rank)
-        free = prof.available_gib if prof.unified and prof.available_gib else prof.memory_gib - context_gib
-        if rank.requested_gib > free:
+        if prof.unified and prof.available_gib:
+            free = prof.available_gib  # MemAvailable at launch (measured by `forklift hw --node`, else assumed)
+        else:
+            free = prof.memory_gib - terms.pre_snapshot(st.tp, st.pp) / GIB
+        if rank.requested_gib > free + 1e-9:
             return (f"Free memory on device {rank.host} ({free:.2f}/{prof.memory_gib:.2f} GiB) on startup is less "
-                    f"than desired GPU memory utilization ({ctx.st.util}, {rank.requested_gib:.2f} GiB). "
+                    f"than desired GPU memory utilization ({st.util}, {rank.requested_gib:.2f} GiB). "
                     "Decrease GPU memory utilization or reduce GPU memory used by other processes.")
     return None
 
 
-def startup_error(ctx: Context, ranks: list[RankPlan], largest: int) -> str | None:
+def startup_error(ctx: Context, ranks: list[RankPlan], layouts: list[KvLayout], pools: list[int],
+                  largest: int) -> str | None:
     """The first error vLLM would raise at startup, in vLLM's words, or None."""
     if ctx.st.platform == "cuda":
         free_error = _free_memory_error(ctx, ranks)
         if free_error:
             return free_error
-    worst = min(ranks, key=lambda r: r.kv_pool_gib - r.kv_needed_gib)
-    if worst.kv_pool_gib <= 0:
+    worst = min(range(len(ranks)), key=lambda i: pools[i] - layouts[i].needed_bytes())
+    if pools[worst] <= 0:
         return ("No available memory for the cache blocks "
-                f"(rank {worst.rank} on {worst.host}: {worst.kv_pool_gib:.2f} GiB). "
+                f"(rank {worst} on {ranks[worst].host}: {pools[worst] / GIB:.2f} GiB). "
                 "Try increasing gpu_memory_utilization when initializing the engine.")
-    if worst.kv_needed_gib > worst.kv_pool_gib:
+    need = layouts[worst].needed_bytes()
+    if ctx.vr.kv_fit_check == "global_min" and ctx.st.pp > 1:
+        need = sum(lay.needed_bytes() for lay in layouts[:: ctx.st.tp][: ctx.st.pp])
+        worst = min(range(len(ranks)), key=lambda i: pools[i])
+    if need > pools[worst]:
         return (f"To serve at least one request with the models's max seq len ({ctx.st.max_model_len}), "
-                f"({worst.kv_needed_gib:.2f} GiB KV cache is needed, which is larger than the available KV cache "
-                f"memory ({worst.kv_pool_gib:.2f} GiB). Based on the available memory, the estimated maximum model "
+                f"({need / GIB:.2f} GiB KV cache is needed, which is larger than the available KV cache "
+                f"memory ({pools[worst] / GIB:.2f} GiB). Based on the available memory, the estimated maximum model "
                 f"length is {largest}. Try increasing gpu_memory_utilization or decreasing max_model_len when "
                 "initializing the engine.")
     return None

@@ -57,10 +57,11 @@ class Placement:
     tp: int
     pp: int
     nnodes: int
+    dp: int = 1  # data-parallel replicas, outermost (each a full tp x pp engine)
 
     @property
     def world(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
     @property
     def per_node(self) -> int:
@@ -72,6 +73,9 @@ class Placement:
     def stage_of(self, rank: int) -> int:
         return (rank // self.tp) % self.pp
 
+    def dp_of(self, rank: int) -> int:
+        return rank // (self.tp * self.pp)
+
     def ranks_of(self, node: int) -> list[int]:
         return [r for r in range(self.world) if self.node_of(r) == node]
 
@@ -79,14 +83,14 @@ class Placement:
         return sorted({self.stage_of(r) for r in self.ranks_of(node)})
 
 
-def placement(tp: int, pp: int, nnodes: int, gpus: Sequence[int | None] = ()) -> Placement:
-    """The rank placement, or a PlanError when tp x pp does not spread evenly over the nodes or a node has
+def placement(tp: int, pp: int, nnodes: int, gpus: Sequence[int | None] = (), dp: int = 1) -> Placement:
+    """The rank placement, or a PlanError when tp x pp x dp does not spread evenly over the nodes or a node has
     fewer GPUs (``gpus[i]``; None for CPU nodes) than ranks."""
-    place = Placement(tp, pp, nnodes)
+    place = Placement(tp, pp, nnodes, dp)
     if place.world % nnodes:
         raise PlanError(
-            f"tp x pp = {place.world} ranks cannot be spread evenly over {nnodes} nodes",
-            fix="Make tp x pp a multiple of the number of nodes (usually pp = nodes, tp = GPUs per node).",
+            f"tp x pp x dp = {place.world} ranks cannot be spread evenly over {nnodes} nodes",
+            fix="Make tp x pp x dp a multiple of the number of nodes (usually pp = nodes, tp = GPUs per node).",
         )
     for i, count in enumerate(gpus):
         if count is not None and place.per_node > count:

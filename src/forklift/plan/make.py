@@ -8,26 +8,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forklift import speculative
 from forklift.errors import ForkliftError, PlanError
 from forklift.hardware.profiles import NetworkProfile
 from forklift.hardware.profiles import network as get_network
 from forklift.model.load import SpecSource, spec_for
-from forklift.model.spec import ModelSpec
-from forklift.plan import calibrate, rules
+from forklift.patches import recipes as recipe_patches
+from forklift.plan import calibrate, kvspecs, rules
 from forklift.plan.advice import advice, balanced_partition
 from forklift.plan.core import GIB, Core, context, core
 from forklift.plan.files import model_files
 from forklift.plan.model import Decisions, Plan, Roofline, Unplanned
-from forklift.plan.notes import claim_notes, notes
+from forklift.plan.notes import claim_notes, notes, speculative_roofline_notes
 from forklift.plan.roofline import StageCost, compute
 from forklift.recipe.deployment import Deployment, from_recipe
 from forklift.recipe.schema import Recipe
 
 
-def _kv_dtype_name(kv_dtype: str, dtype_bytes: int, spec: ModelSpec) -> str:
-    if kv_dtype.startswith("fp8"):
-        return "fp8_ds_mla" if spec.indexer is not None else kv_dtype
-    return {2: "bfloat16", 4: "float32"}.get(dtype_bytes, "bfloat16") if kv_dtype == "auto" else kv_dtype
+def _kv_dtype_name(c: Core) -> str:
+    """The KV dtype vLLM stores, as its log names it (sparse MLA: the backend's fp8_ds_mla or bf16 layout)."""
+    st, spec = c.settings, c.ctx.spec
+    if spec.indexer is not None and st.platform == "cuda":
+        per = kvspecs.mla_bytes(spec, c.ctx.kv_inputs())
+        return {656: "fp8_ds_mla", 576: "fp8_e4m3"}.get(per, "bfloat16")
+    if st.kv_dtype == "auto":
+        return {2: "bfloat16", 4: "float32"}.get(st.dtype_bytes, "bfloat16")
+    return st.kv_dtype
 
 
 def _roofline(c: Core) -> Roofline:
@@ -51,11 +57,22 @@ def _roofline(c: Core) -> Roofline:
                    compute_format=fmt)
 
 
-def decisions(deployment: Deployment, applied: list[str] | None = None) -> Decisions:
+def kv_budget(c: Core) -> int | None:
+    """--kv-cache-memory-bytes: the recipe's bytes, or with "plan" the smallest pool the plan predicts."""
+    budget = c.settings.kv_budget
+    if budget is None or c.settings.platform != "cuda":
+        return None
+    if not c.ctx.vr.kv_cache_memory_bytes:
+        raise PlanError(f"vLLM {c.ctx.vr.version} has no --kv-cache-memory-bytes (first in 0.10.2)",
+                        fix="Remove serve.kv_cache_memory_bytes, or run a newer vLLM.")
+    return budget if isinstance(budget, int) else max(0, min(c.pools))
+
+
+def decisions(deployment: Deployment, applied: list[str] | None = None, kv_bytes: int | None = None) -> Decisions:
     """What reaches the argv through the plan rather than as a plain recipe knob."""
     par = deployment.recipe.parallel
     return Decisions(pp_layer_partition=list(par.pp_layer_partition) if par.pp_layer_partition else None,
-                     applied=list(applied or []))
+                     kv_cache_memory_bytes=kv_bytes, applied=list(applied or []))
 
 
 def _plan(c: Core, applied: list[str]) -> Plan:
@@ -68,18 +85,19 @@ def _plan(c: Core, applied: list[str]) -> Plan:
     all_notes.append(f"decode roofline {roof.decode_tok_s_single:.1f} tok/s (single stream, {roof.decode_context}-"
                      f"token context); measured engines typically reach ~{rules.estimate()['decode_efficiency']:.0%} "
                      "of it")
+    all_notes += speculative_roofline_notes(c, roof.decode_tok_s_single)  # [speculative]
     all_notes += claim_notes(deployment.recipe, spec, st.partition, stage_w, roof.decode_tok_s_single,
                              roof.critical_path_gb, ctx.profiles[0].bandwidth_gbs)
     node_ranges = [[ctx.ranges[s] for s in ctx.place.stages_of(n)] for n in range(len(deployment.nodes))]
     files, file_notes = model_files(src.checkpoint_dir, [n.host for n in deployment.nodes], node_ranges,
                                     origin=src.origin)
     return Plan(
-        deployment=deployment, decisions=decisions(deployment, applied),
+        deployment=deployment, decisions=decisions(deployment, applied, kv_budget(c)),
         model=spec.name, architecture=spec.architecture, config_origin=src.origin, recipe=deployment.recipe.name,
         vllm_version=ctx.vr.version if st.platform == "cuda" else "cpu", platform=st.platform, fits=c.fits,
-        error=c.error, kv_tokens=c.kv_tokens, num_blocks=c.num_blocks, block_size=st.block,
+        error=c.error, kv_tokens=c.kv_tokens, num_blocks=c.num_blocks, block_size=c.layouts[0].block_size,
         max_model_len=st.max_model_len, largest_max_model_len=c.largest_len, max_concurrency=round(c.max_conc, 2),
-        kv_cache_dtype=_kv_dtype_name(st.kv_dtype, st.dtype_bytes, spec), gpu_memory_utilization=st.util,
+        kv_cache_dtype=_kv_dtype_name(c), gpu_memory_utilization=st.util, runner=st.runner, dp=st.dp,
         max_num_batched_tokens=st.mnbt, max_num_seqs=st.seqs, tp=st.tp, pp=st.pp, dcp=st.dcp,
         pp_partition=st.partition, suggested_pp_partition=suggested,
         weights_total_gib=round(sum(r.weights_gib for r in c.ranks), 2), params_b=round(spec.param_count() / 1e9, 2),
@@ -117,13 +135,19 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
     (``plan.decisions.applied`` lists the --set items; the plan's deployment carries them).
     """
     deployment = deployment_of(target)
+    patch_notes = recipe_patches.notes(deployment.recipe)  # forklift-patches: unknown ids refused, overrides noted
+    # [speculative] refuse what vLLM rejects before the model is read, then the model-dependent rules
+    speculative.check(deployment.recipe, vllm_version=vllm_version, default_version=rules.default_version())
     src = source or spec_for(deployment.recipe.model)
+    speculative.check(deployment.recipe, vllm_version=vllm_version, default_version=rules.default_version(),
+                      model=src.spec)
     vr = rules.rules_for(vllm_version)
     c = core(context(deployment, src, vr))
     applied = _to_apply(c) if apply else []
     if applied:
         c = core(context(deployment.with_sets(applied), src, vr))
-    return _plan(c, applied)
+    plan = _plan(c, applied)
+    return plan.model_copy(update={"notes": [*plan.notes, *patch_notes]}) if patch_notes else plan
 
 
 def for_launch(target: Deployment | Recipe, *, vllm_version: str | None = None, force: bool = False,
@@ -131,6 +155,7 @@ def for_launch(target: Deployment | Recipe, *, vllm_version: str | None = None, 
     """The plan ``render`` and ``up`` work from. A layout vLLM rejects raises PlanError unless ``force``; a model
     or hardware the planner cannot describe gives ``Unplanned`` (render and up go on without memory figures)."""
     deployment = deployment_of(target)
+    recipe_patches.resolve(deployment.recipe)  # forklift-patches: an unknown patch id fails render and up too
     version = vllm_version.split("+")[0] if vllm_version else None
     try:
         return make(deployment, vllm_version=version, apply=apply)

@@ -1,4 +1,5 @@
-"""vLLM's arithmetic: PP split, per-rank weights, KV bytes per token, profile terms, blocks and tokens."""
+"""Per-rank weight bytes: parameter counts x storage format (TP, PP, DP / expert-parallel shares, MXFP4 padding),
+or the checkpoint's safetensors headers when the weights are on this machine."""
 
 from __future__ import annotations
 
@@ -8,14 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forklift.model.checkpoint import StoredTensor, read_headers
-from forklift.model.quant import QuantScheme, format_bytes
+from forklift.model.quant import QuantScheme
 from forklift.model.spec import ModelSpec, Tensor
-from forklift.plan import rules
 
 GIB = 2**30
 _VOCAB_PAD = 64
-_INDEXER_BYTES = 132  # DSA indexer cache: 128 fp8 + 4 B fp32 scale per token
-_FP8_DS_MLA_BYTES = 656  # 512 fp8 latent + 4 fp32 scales + 64 bf16 rope
 
 
 def cdiv(a: int, b: int) -> int:
@@ -26,7 +24,7 @@ def cdiv(a: int, b: int) -> int:
 
 
 def _divisor(t: Tensor, tp: int, spec: ModelSpec) -> float:
-    if t.split in ("col", "row", "expert"):
+    if t.split in ("col", "row"):
         return float(tp)
     if t.split == "kv":
         return float(min(tp, spec.num_kv_heads))
@@ -59,10 +57,44 @@ class WeightTable:
         return sum(self.layer_params_active[start:end]) + (self.last_params_active if last else 0.0)
 
 
-def weight_table(spec: ModelSpec, quant: QuantScheme, base: str, tp: int, pp: int, *,
-                 include_mtp: bool) -> WeightTable:
+@dataclass(frozen=True)
+class ExpertShare:
+    """How one rank holds the routed experts: split ``tp`` ways along the intermediate dim (TP flattened over DP
+    without EP), or ``local`` whole experts of ``total`` (EP: fused_moe/config.py FusedMoEParallelConfig.make,
+    expert_map_manager.py determine_expert_map gives the first E % ep ranks one more)."""
+
+    tp: int
+    local: int | None = None
+    total: int | None = None
+    mxfp4_pad: tuple[int, int] | None = None  # (hidden, intermediate-per-partition) round-up of the MXFP4 backend
+
+    def fraction(self) -> float:
+        if self.local is not None and self.total:
+            return self.local / self.total
+        return 1.0 / self.tp
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def _mxfp4_experts(spec: ModelSpec, t: Tensor, share: ExpertShare, nbytes_per: float) -> float:
+    """gpt-oss MXFP4 experts as the backend allocates them: padded hidden and per-partition intermediate."""
+    assert spec.moe is not None and share.mxfp4_pad is not None
+    pad_h, pad_i = share.mxfp4_pad
+    tp = 1 if share.local is not None else share.tp
+    experts = share.local if share.local is not None else spec.moe.n_routed
+    hidden = _round_up(spec.hidden_size, pad_h)
+    inter = _round_up(-(-spec.moe.intermediate // tp), pad_i)
+    if t.linear:
+        return experts * 3 * hidden * inter * nbytes_per
+    return experts * (2 * inter + hidden) * spec.dtype_bytes
+
+
+def weight_table(spec: ModelSpec, quant: QuantScheme, base_bytes: float, tp: int, pp: int, *, include_mtp: bool,
+                 experts: ExpertShare | None = None) -> WeightTable:
     """Weight bytes per rank, by layer, from parameter counts and the storage format of each tensor."""
-    fb = format_bytes()
+    share = experts or ExpertShare(tp=tp)
     n = spec.num_layers
     lb, la, lp, ex = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
     first = last = last_a = last_p = 0.0
@@ -70,9 +102,14 @@ def weight_table(spec: ModelSpec, quant: QuantScheme, base: str, tp: int, pp: in
     for t in spec.tensors(include_mtp=include_mtp):
         if t.where == "lm_head" and spec.tie_word_embeddings and pp == 1:
             continue  # one shared tensor
-        fmt = quant.format_for(t.module, linear=t.linear, role=t.role, base=base)
-        numel = t.numel / _divisor(t, tp, spec)
-        nbytes = numel * fb[fmt]
+        per = quant.bytes_for(t.module, linear=t.linear, role=t.role, base_bytes=base_bytes)
+        if t.role == "experts":
+            numel = t.numel * share.fraction()
+            nbytes = _mxfp4_experts(spec, t, share, per) if share.mxfp4_pad and quant.method == "mxfp4" \
+                else numel * per
+        else:
+            numel = t.numel / _divisor(t, tp, spec)
+            nbytes = numel * per
         frac = top_frac if t.role == "experts" else 1.0
         if t.where == "embed":
             first += nbytes
@@ -136,164 +173,6 @@ def checkpoint_stage_bytes(spec: ModelSpec, model_dir: Path | None, ranges: list
     if not stored:
         return None
     return stored_stage_bytes(spec, stored, ranges, tp, include_mtp=include_mtp)
-
-
-# --------------------------------------------------------------------------------------------- KV
-
-
-def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
-    return 1 if kv_cache_dtype.startswith("fp8") else model_dtype_bytes
-
-
-def layer_kv_bytes(spec: ModelSpec, layer_index: int, *, tp: int, kv_cache_dtype: str, model_dtype_bytes: int) -> int:
-    """KV bytes per token this worker stores for one layer (vLLM's page size / block size)."""
-    b = kv_dtype_bytes(kv_cache_dtype, model_dtype_bytes)
-    if spec.mla is not None:
-        sparse = spec.indexer is not None
-        per = _FP8_DS_MLA_BYTES if sparse and b == 1 else (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * b
-        if spec.indexer is not None and layer_index in spec.indexer.layers:
-            per += _INDEXER_BYTES
-        return per
-    heads = max(1, spec.num_kv_heads // tp)
-    return 2 * heads * spec.head_dim * b
-
-
-@dataclass(frozen=True)
-class KvLayout:
-    """A worker's KV cache: page bytes per token per group and the grouping vLLM builds."""
-
-    bytes_per_token: int  # all layers on the worker
-    group_size: int  # layers sharing one block id (hybrid); 0 = uniform (single group)
-    n_groups: int
-    layer_bytes: int  # per-layer bytes per token (hybrid: uniform page)
-    sliding_groups: int
-
-
-def kv_layout(spec: ModelSpec, start: int, end: int, *, tp: int, kv_cache_dtype: str, dtype_bytes: int) -> KvLayout:
-    per_layer = [layer_kv_bytes(spec, i, tp=tp, kv_cache_dtype=kv_cache_dtype, model_dtype_bytes=dtype_bytes)
-                 for i in range(start, end)]
-    total = sum(per_layer)
-    kinds = [spec.layers[i].attention for i in range(start, end)]
-    full, sliding = kinds.count("full"), kinds.count("sliding")
-    if full and sliding:
-        group = min(full, sliding)
-        n_full, n_sliding = cdiv(full, group), cdiv(sliding, group)
-        return KvLayout(total, group, n_full + n_sliding, max(per_layer), n_sliding)
-    return KvLayout(total, 0, 1, 0, 0)
-
-
-def num_blocks(pool_bytes: int, layout: KvLayout, block: int) -> int:
-    if pool_bytes <= 0 or layout.bytes_per_token == 0:
-        return 0
-    if layout.group_size:
-        return pool_bytes // (layout.layer_bytes * block * layout.group_size)
-    return pool_bytes // (layout.bytes_per_token * block)
-
-
-def blocks_per_request(layout: KvLayout, max_model_len: int, block: int, dcp: int, window: int | None,
-                       mnbt: int) -> int:
-    """Blocks one max_model_len request holds (summed over KV groups, as vLLM's concurrency figure)."""
-    full_blocks = cdiv(cdiv(max_model_len, dcp), block)
-    if not layout.group_size:
-        return full_blocks
-    n_full = layout.n_groups - layout.sliding_groups
-    sliding_tokens = min((window or max_model_len) - 1 + mnbt, max_model_len)
-    sliding_blocks = cdiv(sliding_tokens, block) + 1
-    return n_full * full_blocks + layout.sliding_groups * sliding_blocks
-
-
-def kv_needed_bytes(layout: KvLayout, max_model_len: int, block: int, dcp: int, window: int | None,
-                    mnbt: int) -> int:
-    """Bytes one max_model_len request needs on this worker (vLLM's startup check)."""
-    if layout.group_size:
-        return blocks_per_request(layout, max_model_len, block, dcp, window, mnbt) * layout.layer_bytes * block \
-            * layout.group_size
-    return cdiv(cdiv(max_model_len, dcp), block) * block * layout.bytes_per_token
-
-
-def largest_fitting_len(layouts: Sequence[KvLayout], pools: Sequence[int], upper: int, block: int, dcp: int,
-                        window: int | None, mnbt: int) -> int:
-    """Largest max_model_len whose one request fits on every worker (binary search, like vLLM)."""
-
-    def fits(n: int) -> bool:
-        return all(kv_needed_bytes(lay, n, block, dcp, window, mnbt) <= pool for lay, pool in zip(layouts, pools,
-                                                                                                    strict=True))
-
-    if not fits(1):
-        return 0
-    lo, hi = 1, upper
-    if fits(hi):
-        return hi
-    while lo + 1 < hi:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-# --------------------------------------------------------------------------------------------- profile terms
-
-
-def activation_bytes(spec: ModelSpec, start: int, end: int, *, tp: int, mnbt: int, max_num_seqs: int,
-                     last_stage: bool, dtype_bytes: int) -> float:
-    """Predicted torch peak increase of vLLM's profile run on one worker (an estimate; calibrate for exact).
-
-    The dummy forward runs ``max_num_batched_tokens`` tokens through the stage; the peak is the largest
-    layer's transient buffers plus live hidden states; the last stage adds the dummy sampler's logits.
-    """
-    est = rules.estimate()
-    h = spec.hidden_size
-    b = dtype_bytes
-    layers = spec.layers[start:end]
-    if spec.mla is not None:
-        m = spec.mla
-        heads = spec.num_heads / tp
-        attn = heads * ((m.qk_nope_head_dim + m.qk_rope_head_dim) + (m.qk_nope_head_dim + m.v_head_dim)
-                        + m.v_head_dim) * b
-    else:
-        heads = spec.num_heads / tp
-        kv = max(1.0, spec.num_kv_heads / tp)
-        attn = ((heads + 2 * kv) * spec.head_dim + heads * spec.head_dim) * b
-    mlp = 0.0
-    if any(not layer.moe for layer in layers):
-        mlp = max(mlp, 3 * spec.intermediate_size / tp * b)
-    if spec.moe is not None and any(layer.moe for layer in layers):
-        m2 = spec.moe
-        inter = m2.intermediate / tp
-        routed = m2.top_k * (2 * inter + inter + h) * b
-        shared = 3 * m2.n_shared * inter * b
-        mlp = max(mlp, routed + shared)
-    per_token = float(est["residual_copies"]) * h * b + max(attn, mlp)
-    total = float(est["fixed_workspace_gib"]) * GIB + mnbt * per_token
-    if last_stage:
-        total += max_num_seqs * spec.vocab_size * float(est["sampler_bytes"])
-    return total
-
-
-def capture_sizes(max_num_seqs: int, mnbt: int) -> list[int]:
-    """vLLM's default CUDA-graph capture sizes."""
-    cap = min(int(rules.estimate()["cudagraph_max_capture_size"]), max_num_seqs * 2, mnbt)
-    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, cap + 1, 16)]
-    return [s for s in sizes if s <= cap]
-
-
-def cudagraph_bytes(max_num_seqs: int, mnbt: int) -> tuple[float, int]:
-    """Predicted CUDA-graph estimate (bytes) and number of graphs (PIECEWISE + FULL decode)."""
-    piecewise = capture_sizes(max_num_seqs, mnbt)
-    full = [s for s in piecewise if s <= max_num_seqs]
-    n = len(piecewise) + len(full)
-    return n * float(rules.estimate()["cudagraph_mib_per_graph"]) * 2**20, n
-
-
-def non_torch_bytes(tp: int, pp: int) -> float:
-    table: dict[str, float] = rules.estimate()["non_torch_gib"]
-    if tp > 1:
-        return float(table["tp"]) * GIB
-    if pp > 1:
-        return float(table["pp"]) * GIB
-    return float(table["single"]) * GIB
 
 
 def gib(x: float) -> float:

@@ -135,6 +135,9 @@ class Plan(_Frozen):
     tp: int
     pp: int
     dcp: int
+    dp: int = 1
+    runner: str = ""
+    """vLLM's model runner for this model and release (v1 subtracts its CUDA-graph estimate; v2 only from 0.29)."""
     pp_partition: list[int]
     suggested_pp_partition: list[int] | None
     weights_total_gib: float

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from forklift import speculative
 from forklift.model.spec import ModelSpec
 from forklift.plan import rules
-from forklift.plan.core import GIB, Core
+from forklift.plan.core import GIB, Core, draft_cost
 from forklift.recipe.schema import Recipe
+from forklift.recipe.speculative import DRAFTED_METHODS
+from forklift.speculative import sizing
 
 
 def _source_notes(core: Core) -> list[str]:
@@ -27,27 +30,76 @@ def _platform_notes(core: Core) -> list[str]:
     st, vr = ctx.st, ctx.vr
     if st.platform != "cuda":
         return [f"vLLM-CPU: the KV pool is VLLM_CPU_KVCACHE_SPACE = {core.ranks[0].requested_gib:g} GiB per "
-                f"worker; block size {st.block}"]
-    runner = vr.runner(ctx.spec.moe is not None)
-    notes = [f"vLLM {vr.version} (rules '{vr.matched}'): {runner.upper()} model runner; CUDA-graph estimate "
-             + ("subtracted before sizing the KV pool" if core.ranks[0].cudagraph_subtracted else
-                "not subtracted" + (" (enforce_eager)" if st.eager else ""))]
+                f"worker; block size {st.block or core.layouts[0].block_size}"]
+    rank = core.ranks[0]
+    notes = [f"vLLM {vr.version} (rules '{vr.matched}'): {st.runner.upper()} model runner; CUDA-graph estimate "
+             + (f"{rank.cudagraph_gib:.2f} GiB subtracted before sizing the KV pool" if rank.cudagraph_subtracted else
+                "not subtracted" + (" (enforce_eager)" if st.eager else " (this runner does not estimate it)"))]
     if core.calibration is None:
-        notes.append("activation peak, non-torch and CUDA-graph terms are estimates; "
-                     "`forklift plan RECIPE --calibrate LOG` makes them exact for this model and settings")
+        notes.append(f"activation {rank.activation_gib:.2f} GiB = the profile run's peak at max_num_batched_tokens "
+                     f"{st.mnbt:,} (MoE workspace, MLA/indexer buffers) or the dummy sampler over max_num_seqs "
+                     f"{st.seqs:,} x {ctx.spec.vocab_size:,} logits, whichever is larger; CUDA graphs for max_num_seqs "
+                     f"{st.seqs:,}; `forklift plan RECIPE --calibrate LOG` replaces these terms by a log's")
     else:
         notes.append(f"activation, non-torch and CUDA-graph terms come from calibration {core.calibration.key} "
                      f"(log {core.calibration.source_log}), not from the estimator")
+    if isinstance(st.kv_budget, int) or st.kv_budget == "plan":
+        notes.append("--kv-cache-memory-bytes fixes the KV pool (vLLM skips its memory profiling); the startup check "
+                     "on free memory still applies")
+    return notes + _unified_notes(core)
+
+
+def _unified_notes(core: Core) -> list[str]:
+    ctx = core.ctx
+    notes = []
     for node, prof in zip(ctx.deployment.nodes, ctx.profiles, strict=True):
-        if not prof.unified:
+        if not prof.unified or prof.kind != "cuda":
             continue
         measured = ctx.deployment.facts.get(node.host)
         if measured is not None and measured.mem_available_gib:
             notes.append(f"unified memory on {node.host}: {measured.mem_available_gib:.2f} GiB free when measured "
-                         f"({measured.source}); vLLM's startup request must fit in it")
+                         f"({measured.source}); vLLM's startup request (utilization x total) must fit in it")
         else:
-            notes.append(f"unified memory on {node.host}: assumes {prof.available_gib} GiB free at launch (profile "
-                         f"{prof.name}); `forklift hw --node {node.host}` measures it")
+            notes.append(f"unified memory on {node.host}: ASSUMES {prof.available_gib} GiB free at launch (profile "
+                         f"{prof.name}); vLLM compares MemAvailable with utilization x total at startup; "
+                         f"`forklift hw --node {node.host}` measures it")
+    if notes:
+        notes.append(_unified_terms_note())
+    return notes
+
+
+def _unified_terms_note() -> str:
+    """What the plan counts of the host memory a unified GPU's free-memory readings include."""
+    measured = bool(rules.measured().get("uma_host"))
+    counted = ("the input batch's CPU token table, FlashInfer's pinned decode buffers"
+               + (", and the host memory per captured graph and per profile run measured on our H200 runs "
+                  "(process RSS; per decoder layer)" if measured else ""))
+    left = "anything else the processes grow by (weight loading, kernels JIT-built on the node)" if measured else \
+        "torch.compile's and the CUDA graphs' host memory (not measured yet)"
+    return (f"unified memory: vLLM reads free memory there from MemAvailable (profile) and cudaMemGetInfo (CUDA-graph "
+            f"estimate), so host memory counts against the KV pool; the plan counts {counted}; it leaves out {left}, "
+            "so the KV pool is an upper bound; one startup log from these nodes through "
+            "`forklift plan RECIPE --calibrate LOG` replaces the terms")
+
+
+def _kv_notes(core: Core) -> list[str]:
+    lay, st = core.layouts[0], core.ctx.st
+    notes: list[str] = []
+    if lay.padded_state:
+        state = max(b.spec.state for b in lay.buckets if b.spec.kind == "mamba")
+        notes.append(f"hybrid KV cache: attention block raised to {lay.block_size} tokens so one page holds a "
+                     f"{state:,}-byte linear-attention state (padded {100 * (lay.padded_state - state) / state:.2f}%); "
+                     f"Mamba cache mode '{lay.cfg.mamba_mode}'")
+    elif any(b.spec.kind == "mamba" for b in lay.buckets):
+        notes.append(f"hybrid KV cache: block {lay.block_size} tokens, Mamba cache mode '{lay.cfg.mamba_mode}'")
+    if not lay.uniform:
+        groups = ", ".join(f"{b.groups} {b.spec.kind}" for b in lay.buckets)
+        notes.append(f"KV cache groups of {lay.group_size} layers: {groups}; a {st.max_model_len:,}-token request "
+                     f"holds {lay.blocks_per_request():,} blocks; max concurrency {core.max_conc:.2f}x")
+    notes.extend(lay.notes)
+    if st.dp > 1:
+        notes.append(f"data parallel {st.dp}: each replica has its own KV pool; experts "
+                     + ("whole per rank (EP over tp x dp)" if st.ep else f"split {st.tp * st.dp} ways (TP x DP)"))
     return notes
 
 
@@ -74,7 +126,73 @@ def _layout_notes(core: Core, suggested: list[int] | None, stage_weights: list[f
 
 
 def notes(core: Core, suggested: list[int] | None, stage_weights: list[float]) -> list[str]:
-    return [*_source_notes(core), *_platform_notes(core), *_layout_notes(core, suggested, stage_weights)]
+    return [*_source_notes(core), *_platform_notes(core), *_kv_notes(core),
+            *_layout_notes(core, suggested, stage_weights), *speculative_notes(core)]
+
+
+# --- [speculative] the wording of forklift.speculative's findings and sizing --------------------------------------
+
+
+def speculative_notes(core: Core) -> list[str]:
+    """The speculative rules that warn, the draft on the last stage, and the batch budget with drafts."""
+    ctx = core.ctx
+    cfg = ctx.deployment.recipe.serve.speculative
+    if cfg is None:
+        return []
+    st = ctx.st
+    found = speculative.check(ctx.deployment.recipe, vllm_version=ctx.vr.version,
+                              default_version=rules.default_version(), model=ctx.spec)
+    out = [f"speculative {f.id}: {f.message} (source: {f.sources[0]})" if f.sources else
+           f"speculative {f.id}: {f.message}" for f in found if f.level == "warn"]
+    draft = draft_cost(ctx)
+    if draft is not None and cfg.method not in DRAFTED_METHODS:
+        out.append(f"speculative {cfg.method} K={cfg.num_speculative_tokens}: no draft weights and no draft KV "
+                   "(tokens are looked up in the prompt and output)")
+    elif draft is not None:
+        last = [r.rank for r in core.ranks if r.pp_stage == st.pp - 1]
+        extra = f"+{draft.weight_bytes / GIB:.2f} GiB of draft weights, " if draft.weight_bytes else ""
+        kv = (f"{draft.target_like_kv_layers} draft layer(s) of target-shaped KV" if draft.target_like_kv_layers
+              else f"{draft.kv_bytes_per_token:,.0f} B/token of draft KV")
+        out.append(f"speculative {cfg.method} K={cfg.num_speculative_tokens}: the drafter lives on rank(s) "
+                   f"{','.join(map(str, last))} (last PP stage): {extra}{kv} in the same pool; "
+                   f"{'; '.join(draft.notes)}; each running request reserves {draft.lookahead_tokens} lookahead "
+                   "KV slot(s)")
+    b = sizing.budget(cfg, max_num_seqs=st.seqs, max_num_batched_tokens=st.mnbt)
+    if b.truncates:
+        out.append(f"speculative: a full decode batch needs max_num_seqs x (1 + K + {b.draft_slots} draft slots) = "
+                   f"{st.seqs} x {b.per_request} = {b.required:,} tokens per step but max_num_batched_tokens is "
+                   f"{st.mnbt:,}: drafts get truncated when more than {b.seqs_that_fit} requests decode at once; "
+                   f"--set serve.max_num_batched_tokens={b.required} (more activation memory) or --set "
+                   f"serve.max_num_seqs={b.seqs_that_fit}")
+    else:
+        out.append(f"speculative: a full decode batch schedules {st.seqs} x {b.per_request} = {b.required:,} tokens "
+                   f"per step, within max_num_batched_tokens {st.mnbt:,}")
+    return out
+
+
+def speculative_roofline_notes(core: Core, base_tok_s: float) -> list[str]:
+    """The single-stream decode bound with drafts, and the acceptance length it assumes."""
+    ctx = core.ctx
+    cfg = ctx.deployment.recipe.serve.speculative
+    if cfg is None or base_tok_s <= 0:
+        return []
+    draft = draft_cost(ctx)
+    per_draft = 0.0
+    if draft is not None and draft.target_like_kv_layers:
+        per_draft = max(core.table.layer_active, default=0.0) + core.table.last_active  # an MTP layer + lm_head
+    elif draft is not None:
+        per_draft = draft.weight_bytes
+    bw = ctx.profiles[-1].bandwidth_gbs
+    roof = sizing.roofline(cfg, base_tok_s=base_tok_s, draft_bytes_per_token=per_draft, bandwidth_gbs=bw)
+    head = (f"speculative roofline ({cfg.method}, K={roof.k}): a step reads the target once plus "
+            f"{roof.draft_gb_per_step:g} GB of drafts and pays only above {roof.break_even_length:.2f} tokens per "
+            "step")
+    if roof.assumed_length is None or roof.tok_s_at_assumed is None:
+        return [head + "; no published acceptance length for this method: measure it with `forklift bench RUN "
+                "--spec-baseline BASE`"]
+    return [head + f"; at a mean acceptance length of {roof.assumed_length:.2f} (assumed: {roof.assumption}) the "
+            f"single-stream bound is {roof.tok_s_at_assumed:.1f} tok/s instead of {base_tok_s:.1f}; yours depends on "
+            "model and prompts: measure with `forklift bench RUN --spec-baseline BASE`"]
 
 
 def claim_notes(recipe: Recipe, spec: ModelSpec, plan_partition: list[int], weights: list[float],

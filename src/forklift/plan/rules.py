@@ -1,4 +1,8 @@
-"""vLLM's sizing rules by version, and the planner's estimator constants (data: data/vllm.yaml)."""
+"""vLLM's sizing rules by release, and the planner's measured constants (data: data/vllm.yaml).
+
+A release takes every entry of ``versions`` not above it, later entries overriding earlier ones key by key
+(nested dicts merged), so the data lists only what changed and where.
+"""
 
 from __future__ import annotations
 
@@ -11,23 +15,49 @@ from pydantic import BaseModel, ConfigDict
 
 
 class VersionRules(BaseModel):
+    """The rules of one vLLM release (``matched``: the newest data entry not above it)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     version: str
     matched: str
     gpu_memory_utilization: float
-    runner_dense: str
-    runner_moe: str
-    estimate_cudagraphs: bool
-    v2_subtracts_cudagraphs: bool = False
+    kv_cache_memory_bytes: bool
+    uma_free_memory: str
+    accounting: str
+    cudagraph_estimator: dict[str, bool]
+    cudagraph_estimate_default: bool
+    runner: dict[str, Any]
+    kv_fit_check: str
+    tokens_formula: str
+    hybrid_prefix_caching_default: bool
+    mamba_all_mode: bool
+    mla_hybrid_block_128: bool
+    align_prefill_checkpoint: bool
+    check_subtracts_null_block: bool
+    glm_dsa_sm100_auto_fp8: bool
+    sampler_bytes_per_logit: dict[str, float]
+    capture: dict[str, Any]
+    batch_tiers: str
 
-    def runner(self, moe: bool) -> str:
-        return self.runner_moe if moe else self.runner_dense
+    def runner_for(self, architecture: str, *, moe: bool, hybrid: bool, quantized: bool) -> str:
+        """Which model runner serves the model: "v1" or "v2" (config/vllm.py use_v2_model_runner)."""
+        r = self.runner
+        if r["kind"] == "v1":
+            return "v1"
+        if r["kind"] == "v2":
+            return "v2"
+        listed = architecture in r.get("archs", [])
+        if r.get("not_hybrid") and hybrid:
+            return "v1"
+        if r.get("list_only"):
+            ok = listed and not (r.get("dense_only") and moe) and not (r.get("unquantized_only") and quantized)
+            return "v2" if ok else "v1"
+        return "v2" if listed or not moe else "v1"
 
-    def subtracts_cudagraphs(self, moe: bool) -> bool:
-        if not self.estimate_cudagraphs:
-            return False
-        return self.runner(moe) == "v1" or self.v2_subtracts_cudagraphs
+    def subtracts_cudagraphs(self, runner: str) -> bool:
+        """Whether the CUDA-graph estimate comes off the KV budget (estimator present and enabled by default)."""
+        return self.cudagraph_estimate_default and bool(self.cudagraph_estimator.get(runner))
 
 
 @cache
@@ -41,23 +71,41 @@ def default_version() -> str:
     return str(data()["default_version"])
 
 
-def _key(version: str) -> tuple[int, ...]:
+def version_key(version: str) -> tuple[int, ...]:
     out: list[int] = []
     for part in version.split("+")[0].split(".")[:3]:
         digits = "".join(ch for ch in part if ch.isdigit())
         out.append(int(digits) if digits else 0)
+    while len(out) < 3:
+        out.append(0)
     return tuple(out)
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+            and key != "runner" else value
+    return out
 
 
 @cache
 def rules_for(version: str | None) -> VersionRules:
-    """The rules of the newest listed release not above ``version`` (e.g. '0.26.0' -> '0.26')."""
+    """The rules of ``version`` (default: data's default_version): every entry not above it, merged in order."""
     version = version or default_version()
     table: dict[str, dict[str, Any]] = data()["versions"]
-    vkey = _key(version)
-    eligible = [k for k in table if _key(k) <= vkey]
-    best = max(eligible, key=_key) if eligible else min(table, key=_key)
-    return VersionRules(version=version, matched=best, **table[best])
+    vkey = version_key(version)
+    keys = sorted(table, key=version_key)
+    eligible = [k for k in keys if version_key(k) <= vkey] or keys[:1]
+    merged: dict[str, Any] = {}
+    for k in eligible:
+        merged = _merge(merged, table[k])
+    return VersionRules(version=version, matched=eligible[-1], **merged)
+
+
+def measured() -> dict[str, Any]:
+    out: dict[str, Any] = data()["measured"]
+    return out
 
 
 def estimate() -> dict[str, Any]:
@@ -65,19 +113,27 @@ def estimate() -> dict[str, Any]:
     return est
 
 
-def batch_defaults(kind: str, memory_gib: float) -> tuple[int, int]:
-    table = data()["batch_defaults"]
+def batch_defaults(vr: VersionRules, kind: str, memory_gib: float, name: str, capability: str,
+                   workers: int = 1) -> tuple[int, int]:
+    """vLLM's default (max_num_batched_tokens, max_num_seqs) for ``vllm serve`` on this hardware."""
+    tiers = data()["batch_tiers"]
     if kind == "cpu":
-        entry = table["cpu"]
-    elif memory_gib >= table["large"]["min_memory_gib"]:
-        entry = table["large"]
-    else:
-        entry = table["small"]
-    return int(entry["max_num_batched_tokens"]), int(entry["max_num_seqs"])
+        cpu = tiers["cpu"]
+        return int(cpu["mnbt_per_worker"]) * workers, int(cpu["seqs_per_worker"]) * workers
+    for tier in tiers[vr.batch_tiers]:
+        if memory_gib < float(tier.get("min_memory_gib", 0)):
+            continue
+        if tier.get("not_name") and tier["not_name"] in name.lower():
+            continue
+        if tier.get("not_capability") and tier["not_capability"] == capability:
+            continue
+        return int(tier["mnbt"]), int(tier["seqs"])
+    raise AssertionError("the last batch tier has no condition")
 
 
-def block_sizes() -> dict[str, int]:
-    return {str(k): int(v) for k, v in data()["block_size"].items()}
+def block_sizes() -> dict[str, Any]:
+    out: dict[str, Any] = data()["block_size"]
+    return out
 
 
 @cache

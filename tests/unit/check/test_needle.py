@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from forklift.check import needle
-from forklift.check.tokens import Messages
+from forklift.endpoint.tokens import Messages
 from forklift.errors import CheckError
 
 TEMPLATE_OVERHEAD = 7
@@ -24,7 +24,7 @@ class WordTokenizer:
         self.vocab: dict[str, int] = {}
         self.inverse: dict[int, str] = {}
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, special: bool = False) -> list[int]:
         out = []
         for piece in re.findall(r" ?\w+| ?[^\w\s]|\s+", text):
             if piece not in self.vocab:
@@ -98,7 +98,7 @@ def test_grid_verdict() -> None:
     assert result.details["grid"] == [[True, False]]
     assert result.summary.startswith("1/2 recalled; missed: 256 tok at depth 0.9")
     ok = needle.score(cells[:1], [256], [0.1], "fake", [], 1.0)
-    assert ok.status == "pass"
+    assert ok.status == "ok"
 
 
 def test_unreachable_length_gives_the_closest_below() -> None:

@@ -37,7 +37,7 @@ def test_compare_names_the_prompt_and_token() -> None:
     assert status == "fail"
     assert "'What is the capital of France?' diverges at token 0: 'L' here vs 'The' in the reference" in summary
     assert details["prompts"][0]["first_divergence"]["index"] == 0
-    assert parity.compare([COMPILED], ref)[0] == "pass"
+    assert parity.compare([COMPILED], ref)[0] == "ok"
 
 
 def test_late_divergence_is_a_warning() -> None:

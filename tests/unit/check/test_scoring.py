@@ -89,12 +89,12 @@ def test_endpoint_listing() -> None:
 def test_reasoning_budget_recognised_not_broken() -> None:
     small = reasoning.Answer("", "Okay, 17 times 23 is", "length", "reasoning")
     status, text = reasoning.score_small(small)
-    assert status == "pass" and "raise max_tokens" in text
+    assert status == "ok" and "raise max_tokens" in text
     assert reasoning.score_small(reasoning.Answer("", "", "length", None))[0] == "fail"
 
 
 def test_reasoning_leak_and_adequate_budget() -> None:
-    assert reasoning.score_adequate(reasoning.Answer("391", "17*23 = 391", "stop", "reasoning"))[0] == "pass"
+    assert reasoning.score_adequate(reasoning.Answer("391", "17*23 = 391", "stop", "reasoning"))[0] == "ok"
     assert reasoning.score_adequate(reasoning.Answer("<think>hm</think>391", "", "stop", None))[0] == "fail"
     assert reasoning.score_adequate(reasoning.Answer("", "still going", "length", "reasoning"))[0] == "warn"
     assert reasoning.score_adequate(reasoning.Answer("", "done", "stop", "reasoning"))[0] == "fail"

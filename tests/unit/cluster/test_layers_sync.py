@@ -4,7 +4,8 @@ from pathlib import Path
 
 from forklift import recipe as recipes
 from forklift.cluster.modelfiles import needed_files
-from forklift.cluster.sync import plan_sync, rsync_argv, sync
+from forklift.cluster.sync import plan_sync, sync
+from forklift.cluster.transfer import rsync_argv
 from forklift.plan.layout import node_layer_ranges, pp_indices, pp_partition
 from forklift.runner import LocalRunner
 from forklift.runner.ssh import SshRunner
@@ -47,17 +48,19 @@ def test_sync_copies_only_needed_files_and_reports_bytes(tmp_path: Path) -> None
     r = _recipe(model, dest)
     plan = plan_sync(r, model)
     assert plan[1].bytes == sum((model / f).stat().st_size for f in plan[1].files)
-    out = sync(r, model, {0: LocalRunner(), 1: LocalRunner()})
-    assert out[0].note == "source itself"
+    out = sync(r, {0: LocalRunner(), 1: LocalRunner()}, here=model).nodes
+    assert out[0].method == "source"
     assert sorted(p.name for p in dest.iterdir()) == sorted(plan[1].files)
     assert not (dest / "model-00002-of-00004.safetensors").exists()
-    assert out[1].transferred == plan[1].bytes
-    again = sync(r, model, {0: LocalRunner(), 1: LocalRunner()})
-    assert again[1].transferred == 0  # rsync: nothing left to move
+    assert out[1].method == "rsync" and out[1].transferred == plan[1].bytes
+    again = sync(r, {0: LocalRunner(), 1: LocalRunner()}, here=model).nodes
+    assert again[1].method == "skip" and again[1].transferred is None  # matching files: nothing sent
 
 
 def test_rsync_uses_the_same_ssh_options(tmp_path: Path) -> None:
-    argv = rsync_argv(SshRunner("root@10.231.0.2:2222", ssh_config="/tmp/cfg"), tmp_path, "/models/m")
+    ssh = SshRunner("root@10.231.0.2:2222", ssh_config="/tmp/cfg").base_argv()[:-1]
+    argv = rsync_argv("/j/files", str(tmp_path), "root@10.231.0.2:/models/m", ssh=ssh, bwlimit_mb=None)
     e = argv[argv.index("-e") + 1]
     assert e.startswith("ssh -F /tmp/cfg") and "ControlMaster=auto" in e and "-p 2222" in e
     assert argv[-2:] == [f"{tmp_path}/", "root@10.231.0.2:/models/m/"]
+    assert {"--partial", "--append-verify", "--copy-links", "--files-from=/j/files"} <= set(argv)

@@ -358,3 +358,15 @@ def test_record_is_kept_beside_vllm(tmp_path: Path) -> None:
     rec = json.loads((root / core.record_rel("kv-args")).read_text())
     assert rec["marker"] == "[forklift-patch kv-args]" and rec["vllm_version"] == "0.32.0"
     assert (root / core.original_rel("kv-args", REL)).read_text() == KV
+
+
+def test_an_insertion_that_steals_a_decorator_is_refused() -> None:
+    src = "import functools\n\n\n@functools.cache\nclass Model:\n    pass\n"
+    helper = "\ndef _helper():\n    return 1\n\n\n"
+    with pytest.raises(core.Drift) as exc:
+        core.apply_edits(src, [core.Edit(old="\nclass Model:\n", new=helper + "class Model:\n")])
+    assert exc.value.problems == ["the replacement is wrong: Model lost its decorators @functools.cache to the "
+                                  "inserted _helper; include the decorator lines in the anchor"]
+    fixed = core.apply_edits(src, [core.Edit(old="\n@functools.cache\nclass Model:\n",
+                                             new=helper + "@functools.cache\nclass Model:\n")])
+    assert "_helper():\n    return 1\n\n\n@functools.cache\nclass Model:" in fixed

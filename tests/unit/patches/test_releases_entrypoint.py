@@ -104,5 +104,5 @@ def test_entrypoint_renders_program_spec_and_exec() -> None:
     payload = spec_line.removeprefix("FORKLIFT_PATCH_SPEC=")
     assert payload.startswith("'") and payload.endswith("'")
     spec = json.loads(payload[1:-1].replace("'\"'\"'", "'"))
-    assert [p["id"] for p in spec["patches"]] == ["kv-scale-loader-args", "safetensors-fadvise-dontneed"]
-    assert spec["ignore_version"] is False
+    assert [e["patch"]["id"] for e in spec["patches"]] == ["kv-scale-loader-args", "safetensors-fadvise-dontneed"]
+    assert [e["ignore_version"] for e in spec["patches"]] == [False, False]

@@ -16,12 +16,23 @@ DENSE = {"architectures": ["LlamaForCausalLM"], "hidden_size": 512, "num_hidden_
          "vocab_size": 1000, "max_position_embeddings": 4096}
 
 
-def test_unknown_architecture_names_fields_and_how_to_describe_it(tmp_path: Path) -> None:
-    cfg = {**DENSE, "architectures": ["MysteryForCausalLM"]}
+def test_unknown_architecture_says_what_is_missing_and_never_suggests_a_look_alike(tmp_path: Path) -> None:
+    cfg = {**DENSE, "architectures": ["MysteryForCausalLM"], "layer_types": ["linear_attention", "full_attention"] * 2}
     with pytest.raises(UnknownArchitectureError) as err:
         make(recipe_for(tmp_path, cfg))
-    assert "MysteryForCausalLM" in err.value.message
-    assert err.value.fix and "architectures.yaml" in err.value.fix and "num_key_value_heads" in err.value.fix
+    message = err.value.message
+    assert "MysteryForCausalLM" in message
+    # names what a plan would need, and what the config itself shows (a hybrid layer list)
+    assert "KV cache" in message and "state" in message and "linear_attention" in message
+    assert err.value.fix and "architectures.yaml" in err.value.fix
+    assert ": dense" not in err.value.fix and "FAMILY" not in err.value.fix  # no relabelling advice
+
+
+def test_refused_architecture_names_the_layout_it_lacks(tmp_path: Path) -> None:
+    cfg = {**DENSE, "architectures": ["DeepseekV4ForCausalLM"]}
+    with pytest.raises(UnknownArchitectureError) as err:
+        make(recipe_for(tmp_path, cfg))
+    assert "DeepseekV4ForCausalLM" in err.value.message and "compress" in err.value.message
 
 
 def test_missing_field_is_named(tmp_path: Path) -> None:

@@ -54,15 +54,25 @@ def test_mla_kv_is_not_split_by_tp(tmp_path: Path) -> None:
         assert plan.ranks[0].kv_bytes_per_token == 61 * (512 + 64) * 2
 
 
-def test_dsa_indexer_and_fp8_ds_mla(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("hardware", "kv", "per_layer", "name"), [
+    ("h200", "fp8", 656, "fp8_ds_mla"),    # FLASH_ATTN_MLA_SPARSE rejects fp8 -> FLASHMLA_SPARSE, fp8_ds_mla
+    ("h200", "auto", 1152, "bfloat16"),    # FLASH_ATTN_MLA_SPARSE keeps bf16: 576 x 2
+    ("b200", "fp8", 576, "fp8_e4m3"),      # FLASHINFER_MLA_SPARSE: no ds_mla rewrite
+    ("gb10", "auto", 656, "fp8_ds_mla"),   # FLASHINFER_MLA_SPARSE_SM120 stores fp8_ds_mla even for auto
+])
+def test_dsa_indexer_owners_and_sparse_mla_bytes_per_gpu(tmp_path: Path, hardware: str, kv: str, per_layer: int,
+                                                         name: str) -> None:
     glm51 = from_config(_bundled("glm-5.1"))
     glm52 = from_config(_bundled("glm-5.2"))
     assert glm51.indexer is not None and len(glm51.indexer.layers) == 78
-    assert glm52.indexer is not None and len(glm52.indexer.layers) == 21
-    plan = make(recipe_for(tmp_path, _bundled("glm-5.2"), hardware="b200", nodes=1, tp=8, kv_cache_dtype="fp8",
-                           max_model_len=8192))
-    assert plan.ranks[0].kv_bytes_per_token == 78 * 656 + 21 * 132
-    assert plan.kv_cache_dtype == "fp8_ds_mla"
+    # vLLM's rule (index_topk_freq 4, offset 3): layers 0, 1, 2, then every 4th from 6
+    assert glm52.indexer is not None and glm52.indexer.layers[:5] == (0, 1, 2, 6, 10)
+    assert len(glm52.indexer.layers) == 21
+    nodes, tp = (4, 4) if hardware == "gb10" else (1, 8)
+    plan = make(recipe_for(tmp_path, _bundled("glm-5.2"), hardware=hardware, nodes=nodes, tp=tp,
+                           kv_cache_dtype=kv, max_model_len=8192), vllm_version="0.26.0")
+    assert plan.ranks[0].kv_bytes_per_token == 78 * per_layer + 21 * 132
+    assert plan.kv_cache_dtype == name and plan.block_size == 64
 
 
 def test_dcp_multiplies_tokens(tmp_path: Path) -> None:
@@ -78,11 +88,15 @@ def test_sliding_window_layers_group_like_vllm(tmp_path: Path) -> None:
     plan = make(recipe_for(tmp_path, cfg, hardware="h200", nodes=1, tp=1, max_model_len=65536))
     rank = plan.ranks[0]
     assert rank.kv_bytes_per_token == 36 * 2 * 8 * 64 * 2
-    # two KV groups of 18 layers share each block id; vLLM reports blocks // groups * block_size tokens
-    assert plan.kv_tokens == plan.num_blocks // 2 * plan.block_size
     per_layer_page = 2 * 8 * 64 * 2 * plan.block_size
+    # two KV groups of 18 layers share each block id
     assert plan.num_blocks == int(rank.kv_pool_gib * 2**30) // (per_layer_page * 18) or \
         abs(plan.num_blocks - int(rank.kv_pool_gib * 2**30) // (per_layer_page * 18)) <= 1
+    # a request holds every full-attention block of its length, but only the window (127 tokens) plus the tokens
+    # of two batches in flight (2 x 8192) of the sliding ones, +1 block; tokens = int(concurrency x length)
+    per_request = 65536 // 16 + (-(-(127 + 2 * 8192) // 16) + 1)
+    assert plan.max_concurrency == pytest.approx(plan.num_blocks / per_request, abs=0.01)
+    assert plan.kv_tokens == int(plan.num_blocks / per_request * 65536)
 
 
 def test_cpu_pool_is_fixed_and_rounded_to_blocks(tmp_path: Path) -> None:

@@ -1,0 +1,296 @@
+"""The family rules of ``architectures.yaml``, as small functions: which layers mix tokens how, which MLP each
+layer has, the MLA / DSA indexer / linear-attention state shapes. ``build`` assembles a ModelSpec from them.
+
+Every rule mirrors the vLLM model code cited in the YAML; an architecture without a family is an error that says
+what the planner would need, never a guess from a look-alike family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from forklift.errors import ModelError, UnknownArchitectureError
+from forklift.model.quant import scheme_from_config
+from forklift.model.spec import (
+    IndexerSpec,
+    LayerSpec,
+    Mixer,
+    MLASpec,
+    Mlp,
+    ModelSpec,
+    StateSpec,
+)
+
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+Cfg = Mapping[str, Any]
+LayerPlan = list[tuple[Mixer, Mlp | None]]  # per layer: mixer, and the MLP when the layer rule fixes it
+
+
+@cache
+def data() -> dict[str, Any]:
+    text = (resources.files("forklift.model") / "architectures.yaml").read_text()
+    loaded: dict[str, Any] = yaml.safe_load(text)
+    return loaded
+
+
+@cache
+def _arch_index() -> dict[str, str]:
+    return {arch: name for name, fam in data()["families"].items() for arch in fam["archs"]}
+
+
+def known_architectures() -> list[str]:
+    return sorted(_arch_index())
+
+
+def family_of(architecture: str) -> str | None:
+    return _arch_index().get(architecture)
+
+
+# --------------------------------------------------------------------------------------------- config access
+
+
+def text_config(cfg: Cfg) -> Cfg:
+    """Multimodal wrappers keep the language model under ``text_config`` (vLLM's hf_text_config)."""
+    inner = cfg.get("text_config")
+    if isinstance(inner, Mapping) and "num_hidden_layers" not in cfg and (
+            "num_hidden_layers" in inner or "hybrid_override_pattern" in inner):
+        merged = dict(inner)
+        for key in ("architectures", "quantization_config", "torch_dtype", "dtype"):
+            merged.setdefault(key, cfg.get(key))
+        return merged
+    return cfg
+
+
+def lookup(cfg: Cfg, key: str | list[str]) -> Any:
+    """``key`` may be dotted (``linear_attn_config.num_heads``) or a list of alternatives (first present wins)."""
+    for k in [key] if isinstance(key, str) else key:
+        value: Any = cfg
+        for part in k.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if value is not None:
+            return value
+    return None
+
+
+def need_int(cfg: Cfg, key: str | list[str], ctx: tuple[str, str]) -> int:
+    source, arch = ctx
+    value = lookup(cfg, key)
+    name = key if isinstance(key, str) else " or ".join(key)
+    if value is None:
+        raise ModelError(f"{source}: config.json for {arch} lacks '{name}', which the planner needs",
+                         fix=f"Add \"{name}\" to config.json (copy it from the model's published config).")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ModelError(f"{source}: '{name}' must be an integer, got {value!r}",
+                         fix=f"Fix '{name}' in config.json.") from None
+
+
+def _int_or(cfg: Cfg, key: str | list[str], default: int) -> int:
+    value = lookup(cfg, key)
+    return int(value) if value is not None else default
+
+
+# --------------------------------------------------------------------------------------------- family
+
+
+def _hints(cfg: Cfg) -> str:
+    """What the config itself shows about the layout, to make the unknown-architecture error precise."""
+    seen = []
+    types = cfg.get("layer_types")
+    if isinstance(types, list):
+        seen.append(f"layer_types {sorted({str(t) for t in types})}")
+    for key, what in (("hybrid_override_pattern", "a hybrid layer pattern"),
+                      ("linear_attn_config", "linear-attention layers"), ("kv_lora_rank", "MLA attention"),
+                      ("index_topk", "a sparse-attention indexer"), ("sliding_window", "sliding-window attention"),
+                      ("compress_ratios", "compressed attention")):
+        if cfg.get(key) is not None:
+            seen.append(f"{key} ({what})")
+    return f"; its config shows {', '.join(seen)}" if seen else ""
+
+
+def family_for(cfg: Cfg, source: str) -> tuple[str, str, dict[str, Any]]:
+    """(architecture, family name, family entry), or the reason the planner cannot describe it."""
+    archs = cfg.get("architectures") or []
+    arch = str(archs[0]) if archs else str(cfg.get("model_type", "?"))
+    refused = data().get("refused", {})
+    if arch in refused:
+        raise UnknownArchitectureError(
+            f"{source}: {arch} is served by vLLM, but the planner does not model it: {refused[arch]}",
+            fix="Plan without memory figures (render and up still work), or start it once and read vLLM's own "
+            "'Available KV cache memory' / 'GPU KV cache size' lines.")
+    family = family_of(arch)
+    if family is None:
+        raise UnknownArchitectureError(
+            f"{source}: architecture '{arch}' is unknown to the planner. To size it, the planner needs vLLM's rules "
+            "for it: which layers hold a KV cache and of what kind (full, sliding window, MLA, indexer), which hold "
+            f"a per-sequence linear-attention/SSM state and its shapes, and the MLP/expert layout{_hints(cfg)}",
+            fix=f"Supported: {', '.join(known_architectures())}. A new architecture needs a family in "
+            "forklift/model/architectures.yaml written from vLLM's model code; planning it as a look-alike family "
+            "would give a confident wrong number.")
+    return arch, family, data()["families"][family]
+
+
+def check_required(cfg: Cfg, fam: dict[str, Any], ctx: tuple[str, str]) -> None:
+    source, arch = ctx
+    missing = [k for k in fam.get("required", []) if lookup(cfg, k) is None]
+    if fam["mlp"]["rule"] == "qwen_moe" and lookup(cfg, ["num_experts", "num_local_experts"]) is None \
+            and fam["layers"]["rule"] == "all":
+        missing.append("num_experts")
+    if missing:
+        raise ModelError(
+            f"{source}: config.json for {arch} lacks {', '.join(repr(m) for m in missing)}, which the planner needs",
+            fix="Add the missing fields (copy them from the model's published config.json), "
+            "or point model.config at a bundled config (`forklift plan --list-configs`).")
+
+
+# --------------------------------------------------------------------------------------------- layer rules
+
+
+def _layers_all(cfg: Cfg, n: int, rule: dict[str, Any], ctx: tuple[str, str]) -> LayerPlan:
+    return [("attention", None)] * n
+
+
+def _layers_alternate_sliding(cfg: Cfg, n: int, rule: dict[str, Any], ctx: tuple[str, str]) -> LayerPlan:
+    # gpt_oss.py OAIAttention: sliding_window = config.sliding_window if layer_idx % 2 == 0 else None
+    return [("sliding" if i % 2 == 0 else "attention", None) for i in range(n)]
+
+
+def _layers_layer_types(cfg: Cfg, n: int, rule: dict[str, Any], ctx: tuple[str, str]) -> LayerPlan:
+    values: dict[str, Mixer] = rule["values"]
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) == n:
+        unknown = sorted({str(t) for t in types} - set(values))
+        if unknown:
+            raise ModelError(f"{ctx[0]}: layer_types of {ctx[1]} has {unknown}, which the planner has no rule for",
+                             fix=f"Known layer types for this family: {', '.join(values)}.")
+        return [(values[str(t)], None) for t in types]
+    interval = _int_or(cfg, rule["interval_key"], int(rule["interval_default"]))
+    full, linear = (k for k in values)
+    return [(values[full] if (i + 1) % interval == 0 else values[linear], None) for i in range(n)]
+
+
+def _layers_pattern(cfg: Cfg, n: int, rule: dict[str, Any], ctx: tuple[str, str]) -> LayerPlan:
+    pattern = str(cfg.get(rule["key"]) or "")
+    plan: LayerPlan = []
+    for ch in pattern:
+        kind = rule["values"].get(ch)
+        if kind is None:
+            raise ModelError(f"{ctx[0]}: {rule['key']} has '{ch}', which the planner has no rule for",
+                             fix=f"Known: {', '.join(rule['values'])}.")
+        if kind == "mlp_only":
+            plan.append(("none", "dense"))
+        elif kind == "moe_only":
+            plan.append(("none", "moe"))
+        else:
+            plan.append((kind, "none"))
+    return plan
+
+
+def _layers_kda_list(cfg: Cfg, n: int, rule: dict[str, Any], ctx: tuple[str, str]) -> LayerPlan:
+    kda = {int(i) for i in (lookup(cfg, "linear_attn_config.kda_layers") or [])}  # 1-indexed (kimi_linear.py)
+    return [("kda" if i + 1 in kda else "attention", None) for i in range(n)]
+
+
+LAYER_RULES: dict[str, Callable[[Cfg, int, dict[str, Any], tuple[str, str]], LayerPlan]] = {
+    "all": _layers_all, "alternate_sliding": _layers_alternate_sliding, "layer_types": _layers_layer_types,
+    "pattern": _layers_pattern, "kda_list": _layers_kda_list,
+}
+
+
+def num_layers(cfg: Cfg, fam: dict[str, Any], ctx: tuple[str, str]) -> int:
+    rule = fam["layers"]
+    if rule["rule"] == "pattern" and cfg.get(rule["key"]):
+        return len(str(cfg[rule["key"]]))  # nemotron_h: one decoder layer per pattern character
+    return need_int(cfg, "num_hidden_layers", ctx)
+
+
+# --------------------------------------------------------------------------------------------- assembly
+
+
+def mla_spec(cfg: Cfg, ctx: tuple[str, str]) -> MLASpec:
+    q_lora = cfg.get("q_lora_rank")
+    return MLASpec(q_lora_rank=int(q_lora) if q_lora else None, kv_lora_rank=need_int(cfg, "kv_lora_rank", ctx),
+                   qk_nope_head_dim=need_int(cfg, "qk_nope_head_dim", ctx),
+                   qk_rope_head_dim=need_int(cfg, "qk_rope_head_dim", ctx), v_head_dim=need_int(cfg, "v_head_dim", ctx))
+
+
+def indexer_owners(cfg: Cfg, n: int) -> tuple[int, ...]:
+    """Layers that own a DSA indexer cache, as vLLM decides (deepseek_v2.py DeepseekV2MLAAttention.__init__ 0.26;
+    deepseek_v32/attention.py 0.33): ``index_topk_pattern`` ('S' skips), else every ``index_topk_freq``-th layer
+    counted from ``index_skip_topk_offset``. vLLM does not read ``indexer_types``."""
+    pattern = cfg.get("index_topk_pattern")
+    if isinstance(pattern, (list, str)) and len(pattern) >= n:
+        return tuple(i for i in range(n) if str(pattern[i]) != "S")
+    freq = _int_or(cfg, "index_topk_freq", 1)
+    offset = _int_or(cfg, "index_skip_topk_offset", 2)
+    return tuple(i for i in range(n) if max(i - offset + 1, 0) % freq == 0)
+
+
+def state_spec(cfg: Cfg, fam: dict[str, Any], ctx: tuple[str, str]) -> StateSpec | None:
+    st = fam.get("state")
+    if not st:
+        return None
+    keys: dict[str, Any] = st["keys"]
+    dims = {field: need_int(cfg, key, ctx) for field, key in keys.items()}
+    for field, (key, default) in (st.get("optional") or {}).items():
+        dims[field] = _int_or(cfg, key, int(default))
+    ssm = cfg.get(st["ssm_dtype_key"]) if st.get("ssm_dtype_key") else None
+    if ssm in (None, "auto"):
+        ssm = st.get("ssm_dtype_default")
+    return StateSpec(kind=st["kind"], ssm_dtype=str(ssm) if ssm else None, **dims)
+
+
+def _layers(plan: LayerPlan, mlps: list[Mlp], owners: set[int]) -> tuple[LayerSpec, ...]:
+    return tuple(LayerSpec(index=i, mixer=mixer, mlp=fixed if fixed is not None else mlps[i], indexer=i in owners)
+                 for i, (mixer, fixed) in enumerate(plan))
+
+
+def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
+    """A ModelSpec from a parsed config.json, through the family's rules."""
+    from forklift.model.mlprules import MLP_RULES
+
+    cfg = text_config(raw)
+    arch, family, fam = family_for(cfg, source)
+    ctx = (source, arch)
+    check_required(cfg, fam, ctx)
+    n = num_layers(cfg, fam, ctx)
+    plan = LAYER_RULES[fam["layers"]["rule"]](cfg, n, fam["layers"], ctx)
+    moe, mlps = MLP_RULES[fam["mlp"]["rule"]](cfg, n, plan, ctx)
+    mla = mla_spec(cfg, ctx) if fam["attention"] == "mla" else None
+    heads = need_int(cfg, "num_attention_heads", ctx)
+    hidden = need_int(cfg, "hidden_size", ctx)
+    owners = indexer_owners(cfg, n) if fam.get("indexer") else ()
+    indexer = IndexerSpec(n_heads=need_int(cfg, "index_n_heads", ctx), head_dim=need_int(cfg, "index_head_dim", ctx),
+                          layers=owners, topk=_int_or(cfg, "index_topk", 2048)) if fam.get("indexer") else None
+    attn = fam.get("attn", {})
+    sliding = cfg.get("sliding_window") if any(m == "sliding" for m, _ in plan) else None
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    ssm_vllm_min = (fam.get("vllm_min") or {}).get(arch)
+    return ModelSpec(
+        name=name, architecture=arch, family=family, attention=fam["attention"], hidden_size=hidden, num_layers=n,
+        num_heads=heads, num_kv_heads=1 if mla else int(cfg.get("num_key_value_heads") or heads),
+        head_dim=(mla.kv_lora_rank + mla.qk_rope_head_dim) if mla else int(cfg.get("head_dim") or hidden // heads),
+        intermediate_size=_dense_intermediate(cfg), vocab_size=need_int(cfg, "vocab_size", ctx),
+        max_position_embeddings=_int_or(cfg, "max_position_embeddings", 2048),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), dtype_bytes=_DTYPE_BYTES.get(dtype, 2),
+        attention_bias=bool(cfg.get("attention_bias", False)),
+        qk_norm=bool(attn.get("qk_norm")) or bool(cfg.get("use_qk_norm")) or cfg.get("model_type") == "qwen3",
+        gated_q=bool(attn.get("gated_q")), sliding_window=int(sliding) if sliding else None,
+        layers=_layers(plan, mlps, set(owners)), moe=moe, mla=mla, indexer=indexer, state=state_spec(cfg, fam, ctx),
+        supports_mamba_prefix_caching=bool(fam.get("supports_mamba_prefix_caching")), vllm_min=ssm_vllm_min,
+        mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
+        quant=scheme_from_config(cfg.get("quantization_config"), source=source),
+    )
+
+
+def _dense_intermediate(cfg: Cfg) -> int:
+    inter = cfg.get("intermediate_size")
+    if isinstance(inter, list):  # nemotron_h may list one per MLP layer
+        inter = inter[0] if inter else 0
+    return int(inter or 0)

@@ -1,0 +1,106 @@
+"""Per-family MLP rules (``mlp.rule`` in architectures.yaml): which layers are dense, which are MoE, and the expert
+shapes, as each vLLM model class reads them from config.json."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from forklift.model.archrules import LayerPlan, lookup, need_int
+from forklift.model.spec import Mlp, MoESpec
+
+Cfg = Mapping[str, Any]
+Result = tuple[MoESpec | None, list[Mlp]]
+
+
+def _split(n: int, dense: set[int]) -> list[Mlp]:
+    return ["dense" if i in dense else "moe" for i in range(n)]
+
+
+def _dense(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
+    return None, ["dense"] * n
+
+
+def _deepseek(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
+    """deepseek_v2.py / glm4_moe.py: MoE where i >= first_k_dense_replace and i % moe_layer_freq == 0."""
+    n_routed = cfg.get("n_routed_experts")
+    if not n_routed:
+        return None, ["dense"] * n
+    first_k = int(cfg.get("first_k_dense_replace") or 0)
+    freq = int(cfg.get("moe_layer_freq") or 1)
+    dense = {i for i in range(n) if i < first_k or i % freq != 0}
+    inter = need_int(cfg, "moe_intermediate_size", ctx)
+    shared = int(cfg.get("n_shared_experts") or 0)
+    moe = MoESpec(n_routed=int(n_routed), top_k=need_int(cfg, "num_experts_per_tok", ctx), n_shared=shared,
+                  intermediate=inter, shared_intermediate=shared * inter, first_k_dense=first_k,
+                  dense_layers=tuple(sorted(dense)), router_bias=True)
+    return moe, _split(n, dense)
+
+
+def _qwen(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
+    """qwen3_moe.py / qwen3_next.py: MoE unless in mlp_only_layers or (i + 1) % decoder_sparse_step != 0."""
+    n_routed = int(lookup(cfg, ["num_experts", "num_local_experts"]) or 0)
+    if not n_routed:
+        return None, ["dense"] * n
+    step = int(cfg.get("decoder_sparse_step") or 1)
+    only = {int(x) for x in (cfg.get("mlp_only_layers") or [])}
+    dense = {i for i in range(n) if i in only or (i + 1) % step != 0}
+    inter = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0)
+    shared_inter = int(cfg.get("shared_expert_intermediate_size") or 0)
+    moe = MoESpec(n_routed=n_routed, top_k=need_int(cfg, "num_experts_per_tok", ctx),
+                  n_shared=1 if shared_inter else 0, intermediate=inter, shared_intermediate=shared_inter,
+                  dense_layers=tuple(sorted(dense)))
+    return moe, _split(n, dense)
+
+
+def _minimax(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
+    """minimax_m2.py: every layer MoE, num_local_experts x intermediate_size, routing bias when use_routing_bias."""
+    moe = MoESpec(n_routed=need_int(cfg, "num_local_experts", ctx), top_k=need_int(cfg, "num_experts_per_tok", ctx),
+                  n_shared=0, intermediate=need_int(cfg, "intermediate_size", ctx),
+                  router_bias=bool(cfg.get("use_routing_bias")))
+    return moe, ["moe"] * n
+
+
+def _gpt_oss(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
+    n_routed = int(lookup(cfg, ["num_local_experts", "num_experts"]) or 0)
+    moe = MoESpec(n_routed=n_routed, top_k=need_int(cfg, ["num_experts_per_tok", "experts_per_token"], ctx),
+                  n_shared=0, intermediate=need_int(cfg, "intermediate_size", ctx), has_bias=True)
+    return moe, ["moe"] * n
+
+
+def _kimi(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
+    """kimi_linear.py: MoE when num_experts is set, i >= first_k_dense_replace and i % moe_layer_freq == 0."""
+    n_routed = int(cfg.get("num_experts") or 0)
+    if not n_routed:
+        return None, ["dense"] * n
+    first_k = int(cfg.get("first_k_dense_replace") or 0)
+    freq = int(cfg.get("moe_layer_freq") or 1)
+    dense = {i for i in range(n) if i < first_k or i % freq != 0}
+    inter = need_int(cfg, "moe_intermediate_size", ctx)
+    shared = int(cfg.get("num_shared_experts") or 0)
+    moe = MoESpec(n_routed=n_routed, top_k=need_int(cfg, ["num_experts_per_token", "num_experts_per_tok"], ctx),
+                  n_shared=shared, intermediate=inter, shared_intermediate=shared * inter, first_k_dense=first_k,
+                  dense_layers=tuple(sorted(dense)), router_bias=True)
+    return moe, _split(n, dense)
+
+
+def _nemotron(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
+    """nemotron_h.py: the pattern fixes each layer's MLP ('-' dense, 'E' MoE); experts and MLPs are relu2 (up and
+    down only); the shared experts are moe_shared_expert_intermediate_size x n_shared_experts."""
+    mlps: list[Mlp] = [fixed or "none" for _, fixed in plan]
+    if "moe" not in mlps:
+        return None, mlps
+    inter = need_int(cfg, "moe_intermediate_size", ctx)
+    shared = int(cfg.get("n_shared_experts") or 0)
+    moe = MoESpec(n_routed=need_int(cfg, "n_routed_experts", ctx), top_k=need_int(cfg, "num_experts_per_tok", ctx),
+                  n_shared=shared, intermediate=inter,
+                  shared_intermediate=shared * int(cfg.get("moe_shared_expert_intermediate_size") or inter),
+                  router_bias=True, gated=False,
+                  dense_layers=tuple(i for i, m in enumerate(mlps) if m == "dense"))
+    return moe, mlps
+
+
+MLP_RULES: dict[str, Callable[[Cfg, int, LayerPlan, tuple[str, str]], Result]] = {
+    "dense": _dense, "deepseek_moe": _deepseek, "qwen_moe": _qwen, "minimax_moe": _minimax,
+    "gpt_oss_moe": _gpt_oss, "kimi_moe": _kimi, "nemotron": _nemotron,
+}

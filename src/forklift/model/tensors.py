@@ -1,0 +1,154 @@
+"""The weight tensors of a ModelSpec in vLLM's layout: per layer the token mixer (attention, MLA + DSA indexer,
+gated DeltaNet, Mamba-2, KDA) and the MLP (dense or experts), plus embeddings, final norm, lm_head and MTP."""
+
+from __future__ import annotations
+
+from forklift.model.spec import LayerSpec, ModelSpec, Role, Split, StateSpec, Tensor
+
+
+class _Out:
+    def __init__(self, prefix: str, layer: int) -> None:
+        self.prefix, self.layer = prefix, layer
+        self.items: list[Tensor] = []
+
+    def add(self, mod: str, n: int, split: Split, *, linear: bool = True, role: Role = "attn") -> None:
+        self.items.append(Tensor(module=f"{self.prefix}.{mod}", numel=n, split=split, layer=self.layer, linear=linear,
+                                 role=role))
+
+
+def _mla(s: ModelSpec, i: int, o: _Out) -> None:
+    assert s.mla is not None
+    m, h = s.mla, s.hidden_size
+    qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+    if m.q_lora_rank:
+        o.add("self_attn.q_a_proj", h * m.q_lora_rank, "replicated")
+        o.add("self_attn.q_a_layernorm", m.q_lora_rank, "replicated", linear=False)
+        o.add("self_attn.q_b_proj", m.q_lora_rank * s.num_heads * qk, "col")
+    else:
+        o.add("self_attn.q_proj", h * s.num_heads * qk, "col")
+    o.add("self_attn.kv_a_proj_with_mqa", h * (m.kv_lora_rank + m.qk_rope_head_dim), "replicated")
+    o.add("self_attn.kv_a_layernorm", m.kv_lora_rank, "replicated", linear=False)
+    o.add("self_attn.kv_b_proj", m.kv_lora_rank * s.num_heads * (m.qk_nope_head_dim + m.v_head_dim), "col")
+    o.add("self_attn.o_proj", s.num_heads * m.v_head_dim * h, "row")
+    if s.indexer is not None and (i in s.indexer.layers or i >= s.num_layers):  # MTP layers always own one
+        ix = s.indexer
+        o.add("self_attn.indexer.wq_b", (m.q_lora_rank or h) * ix.n_heads * ix.head_dim, "replicated", role="indexer")
+        o.add("self_attn.indexer.wk", h * ix.head_dim, "replicated", role="indexer")
+        o.add("self_attn.indexer.k_norm", 2 * ix.head_dim, "replicated", linear=False, role="indexer")
+        o.add("self_attn.indexer.weights_proj", h * ix.n_heads, "replicated", linear=False, role="indexer")
+
+
+def _gqa(s: ModelSpec, o: _Out) -> None:
+    h, d = s.hidden_size, s.head_dim
+    o.add("self_attn.q_proj", h * s.num_heads * d * (2 if s.gated_q else 1), "col")
+    o.add("self_attn.k_proj", h * s.num_kv_heads * d, "kv")
+    o.add("self_attn.v_proj", h * s.num_kv_heads * d, "kv")
+    o.add("self_attn.o_proj", s.num_heads * d * h, "row")
+    if s.attention_bias:
+        o.add("self_attn.q_proj.bias", s.num_heads * d, "col", linear=False)
+        o.add("self_attn.kv_proj.bias", 2 * s.num_kv_heads * d, "kv", linear=False)
+        if s.family == "gpt_oss":
+            o.add("self_attn.o_proj.bias", h, "replicated", linear=False)
+    if s.qk_norm:
+        o.add("self_attn.qk_norm", 2 * d, "replicated", linear=False)
+    if s.family == "gpt_oss":
+        o.add("self_attn.sinks", s.num_heads, "col", linear=False)
+
+
+def _gdn(st: StateSpec, h: int, o: _Out) -> None:
+    """qwen3_next.py Qwen3NextGatedDeltaNet: fused qkvz and ba projections, depthwise conv, out_proj."""
+    key, value = st.key_heads * st.key_dim, st.heads * st.head_dim
+    o.add("linear_attn.in_proj_qkvz", h * (2 * key + 2 * value), "col", role="mixer")
+    o.add("linear_attn.in_proj_ba", h * 2 * st.heads, "col", role="mixer")
+    o.add("linear_attn.conv1d", (2 * key + value) * st.conv_kernel, "col", linear=False, role="mixer")
+    o.add("linear_attn.dt_A", 2 * st.heads, "col", linear=False, role="mixer")
+    o.add("linear_attn.norm", st.head_dim, "replicated", linear=False, role="mixer")
+    o.add("linear_attn.out_proj", value * h, "row", role="mixer")
+
+
+def _mamba2(st: StateSpec, h: int, o: _Out) -> None:
+    """mamba_mixer2.py MambaMixer2: in_proj (z, x, B, C, dt), conv1d over x/B/C, A/D/dt_bias, gated norm, out_proj."""
+    inner, bc = st.heads * st.head_dim, 2 * st.groups * st.state_size
+    o.add("mixer.in_proj", h * (2 * inner + bc + st.heads), "col", role="mixer")
+    o.add("mixer.conv1d", (inner + bc) * st.conv_kernel, "col", linear=False, role="mixer")
+    o.add("mixer.A_D_dt_bias", 3 * st.heads, "col", linear=False, role="mixer")
+    o.add("mixer.norm", inner, "col", linear=False, role="mixer")
+    o.add("mixer.out_proj", inner * h, "row", role="mixer")
+
+
+def _kda(st: StateSpec, h: int, o: _Out) -> None:
+    """kimi_linear.py KimiDeltaAttention: q/k/v, low-rank f and g gates, beta, three short convs, out_proj."""
+    proj, d = st.heads * st.head_dim, st.head_dim
+    for name in ("q_proj", "k_proj", "v_proj"):
+        o.add(f"self_attn.{name}", h * proj, "col", role="mixer")
+    o.add("self_attn.f_a_proj", h * d, "replicated", role="mixer")
+    o.add("self_attn.f_b_proj", d * proj, "col", role="mixer")
+    o.add("self_attn.g_a_proj", h * d, "replicated", role="mixer")
+    o.add("self_attn.g_b_proj", d * proj, "col", role="mixer")
+    o.add("self_attn.b_proj", h * st.heads, "col", role="mixer")
+    o.add("self_attn.conv1d", 3 * proj * st.conv_kernel, "col", linear=False, role="mixer")
+    o.add("self_attn.A_dt", st.heads + proj, "col", linear=False, role="mixer")
+    o.add("self_attn.o_norm", d, "replicated", linear=False, role="mixer")
+    o.add("self_attn.o_proj", proj * h, "row", role="mixer")
+
+
+def _mixer(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
+    if layer.has_kv:
+        (_mla(s, layer.index, o) if s.mla is not None else _gqa(s, o))
+    elif layer.has_state and s.state is not None:
+        {"gdn": _gdn, "mamba2": _mamba2, "kda": _kda}[s.state.kind](s.state, s.hidden_size, o)
+
+
+def _mlp(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
+    h = s.hidden_size
+    gated = s.moe.gated if s.moe is not None else s.family != "nemotron_h"
+    if layer.mlp == "dense" or (layer.mlp == "moe" and s.moe is None):
+        inter = s.intermediate_size
+        o.add("mlp.gate_up_proj", (2 if gated else 1) * h * inter, "col", role="dense_mlp")
+        o.add("mlp.down_proj", inter * h, "row", role="dense_mlp")
+        return
+    if layer.mlp != "moe" or s.moe is None:
+        return
+    m = s.moe
+    o.add("mlp.router" if s.family == "gpt_oss" else "mlp.gate", m.n_routed * h, "replicated", linear=False,
+          role="router")
+    if m.router_bias:
+        o.add("mlp.gate.e_score_correction_bias", m.n_routed, "replicated", linear=False, role="router")
+    o.add("mlp.experts", m.n_routed * (3 if gated else 2) * h * m.intermediate, "expert", role="experts")
+    if m.has_bias:
+        o.add("mlp.experts.bias", m.n_routed * (2 * m.intermediate + h), "expert", linear=False, role="experts")
+    if m.shared_intermediate:
+        n = m.shared_intermediate
+        o.add("mlp.shared_experts.gate_up_proj", (2 if gated else 1) * h * n, "col", role="shared")
+        o.add("mlp.shared_experts.down_proj", n * h, "row", role="shared")
+        if s.family in ("qwen_moe", "qwen3_next", "qwen3_5"):
+            o.add("mlp.shared_expert_gate", h, "replicated", linear=False, role="shared")
+
+
+def layer_tensors(s: ModelSpec, layer: LayerSpec, prefix: str) -> list[Tensor]:
+    o = _Out(prefix, layer.index)
+    o.add("norms", 2 * s.hidden_size, "replicated", linear=False, role="norm")
+    _mixer(s, layer, o)
+    _mlp(s, layer, o)
+    return o.items
+
+
+def model_tensors(s: ModelSpec, include_mtp: bool) -> list[Tensor]:
+    h = s.hidden_size
+    out = [Tensor(module="model.embed_tokens", numel=s.vocab_size * h, split="vocab", where="embed", linear=False,
+                  role="embed")]
+    for layer in s.layers:
+        out.extend(layer_tensors(s, layer, f"model.layers.{layer.index}"))
+    out.append(Tensor(module="model.norm", numel=h, split="replicated", where="final", linear=False, role="norm"))
+    out.append(Tensor(module="lm_head", numel=s.vocab_size * h, split="vocab", where="lm_head", role="lm_head"))
+    if include_mtp and s.mtp_layers:
+        for k in range(s.mtp_layers):
+            idx = s.num_layers + k
+            prefix = f"model.layers.{idx}"
+            mtp = LayerSpec(index=idx, mlp="moe" if s.moe is not None else "dense", indexer=s.indexer is not None)
+            extra = [Tensor(module=f"{prefix}.eh_proj", numel=2 * h * h, split="replicated", where="final", role="mtp"),
+                     Tensor(module=f"{prefix}.norms", numel=4 * h, split="replicated", where="final", linear=False,
+                            role="mtp")]
+            for t in [*layer_tensors(s, mtp, prefix), *extra]:
+                out.append(t.model_copy(update={"where": "final", "layer": None}))
+    return out

@@ -1,0 +1,229 @@
+"""vLLM's KV cache manager, as arithmetic: per-layer cache specs on one worker, the block size (backend preference,
+then the hybrid alignment that raises the attention block until one attention page holds a Mamba state, padding
+the Mamba page), the grouping of layers into KV cache groups, ``num_blocks``, the blocks one request needs, the
+startup check, and the "GPU KV cache size" / "Maximum concurrency" figures exactly as vLLM derives them.
+
+Sources (vLLM 0.26.0 unless noted; research notes kv-and-arch-spec.md sections 2-5, reference code kvcalc.py):
+platforms/interface.py ``_align_hybrid_block_size``; v1/core/kv_cache_utils.py ``get_kv_cache_groups``,
+``_get_kv_cache_groups_uniform_page_size``, ``get_num_blocks``, ``get_max_concurrency_for_kv_cache_config``,
+``get_kv_cache_capacity``, ``_max_memory_usage_bytes_from_groups``; v1/kv_cache_interface.py
+``FullAttentionSpec`` / ``SlidingWindowSpec`` / ``MLAAttentionSpec`` / ``MambaSpec`` ``max_memory_usage_bytes``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from math import lcm
+from typing import Literal, Protocol
+
+from forklift.errors import PlanError
+
+Kind = Literal["full", "sliding", "mla", "mamba"]
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class LayerKv:
+    """One layer's cache on one worker (a vLLM KVCacheSpec): bytes per token for attention kinds, the unpadded
+    state bytes per sequence for Mamba-like layers."""
+
+    kind: Kind
+    per_token: int = 0
+    state: int = 0
+    window: int | None = None
+
+    @property
+    def key(self) -> tuple[str, int, int, int | None]:
+        return (self.kind, self.per_token, self.state, self.window)
+
+
+@dataclass(frozen=True)
+class KvConfig:
+    """What the KV manager reads from vLLM's config for one deployment."""
+
+    max_model_len: int
+    mnbt: int
+    block: int  # after the backend preference (phase 1) or the user's --block-size
+    kernel_min_block: int = 16  # smallest kernel block of the first attention backend
+    concurrent_batches: int = 2  # max_concurrent_batches (async scheduling, PP=1)
+    dcp: int = 1
+    num_spec: int = 0
+    mamba_mode: Literal["none", "align", "all"] = "none"
+    mamba_chunk: int = 256  # "all" mode: the model's mamba chunk size
+    mla: bool = False
+    mla_hybrid_block_128: bool = False  # 0.33
+    ckpt_alignment: int = 1  # 0.33 align mode: prefill checkpoint alignment (GDN FlashInfer: 64)
+    ckpt_blocks: int = 0  # 0.33 align mode: extra Mamba block per request
+    tokens_formula: Literal["blocks", "concurrency"] = "concurrency"
+    check_subtracts_null_block: bool = False
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Layers sharing one spec; split into ``groups`` KV cache groups of ``group_size`` layers (padded)."""
+
+    spec: LayerKv
+    layers: int
+    groups: int
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """One worker's KV cache as vLLM lays it out."""
+
+    cfg: KvConfig
+    block_size: int
+    padded_state: int | None  # the Mamba page after padding (None: no Mamba layers or no padding)
+    mamba_block: int
+    uniform: bool  # one group (UniformTypeKVCacheSpecs): page = sum of the layers' pages
+    buckets: tuple[Bucket, ...]
+    group_size: int
+    bytes_per_block: int
+    bytes_per_token: int  # attention bytes per token summed over the worker's layers (display)
+    state_bytes: int = 0  # per-sequence state bytes over the worker's Mamba-like layers (display)
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def n_groups(self) -> int:
+        return 1 if self.uniform else sum(b.groups for b in self.buckets)
+
+    def _blocks_for(self, spec: LayerKv, length: int) -> int:
+        bs, c = self.block_size, self.cfg
+        if spec.kind == "mamba":
+            if c.mamba_mode == "all":
+                return cdiv(length, self.mamba_block) + c.num_spec
+            if c.mamba_mode == "align":
+                return 2 + c.num_spec + c.ckpt_blocks
+            return 1 + c.num_spec
+        if spec.kind == "sliding" and spec.window:
+            in_flight = c.concurrent_batches * c.mnbt
+            return cdiv(min(spec.window - 1 + in_flight, length), bs) + 1
+        return cdiv(cdiv(length, c.dcp), bs)
+
+    def blocks_per_request(self, length: int | None = None) -> int:
+        """Blocks one ``length``-token request holds, summed over the KV groups (vLLM's concurrency divisor)."""
+        n = length or self.cfg.max_model_len
+        if self.uniform:
+            return max(self._blocks_for(b.spec, n) for b in self.buckets)
+        return sum(b.groups * self._blocks_for(b.spec, n) for b in self.buckets)
+
+    def needed_bytes(self, length: int | None = None) -> int:
+        """Bytes one request needs (the startup check); 0.33 also keeps one null block."""
+        extra = self.bytes_per_block if self.cfg.check_subtracts_null_block else 0
+        return self.blocks_per_request(length) * self.bytes_per_block + extra
+
+    def num_blocks(self, available: int) -> int:
+        return max(0, available // self.bytes_per_block) if self.bytes_per_block else 0
+
+    def concurrency(self, num_blocks: int) -> float:
+        per = self.blocks_per_request()
+        return num_blocks / per if per else 0.0
+
+    def tokens(self, num_blocks: int) -> int:
+        """vLLM's "GPU KV cache size: N tokens" (0.21+: int(concurrency x max_model_len))."""
+        if self.cfg.tokens_formula == "blocks":
+            return num_blocks // self.n_groups * self.block_size * self.cfg.dcp
+        return int(self.concurrency(num_blocks) * self.cfg.max_model_len)
+
+
+# --------------------------------------------------------------------------------------------- block size
+
+
+def block_size(layers: list[LayerKv], c: KvConfig) -> tuple[int, int | None, int]:
+    """(block size, padded Mamba page, Mamba block size): platforms/interface.py _align_hybrid_block_size.
+
+    The attention block is raised to ``k * ceil(state / (k * attention bytes per token))`` so one attention page
+    holds a Mamba state; the Mamba page is padded to the attention page."""
+    attn = [x for x in layers if x.kind != "mamba"]
+    mamba = [x for x in layers if x.kind == "mamba"]
+    bs = c.block
+    mamba_block = c.max_model_len
+    if not mamba or not attn:
+        return bs, None, mamba_block
+    a1 = max(x.per_token for x in attn)
+    m = max(x.state for x in mamba)
+    k = max(c.kernel_min_block, bs)
+    if c.mla and c.mla_hybrid_block_128:
+        k = max(k, 128)
+    if c.mamba_mode == "align":
+        k = lcm(k, c.ckpt_alignment)
+    if c.mamba_mode == "all":
+        chunk = lcm(c.mamba_chunk, k)
+        aligned = chunk * cdiv(cdiv(m, a1), chunk)
+        mamba_block = aligned
+    else:
+        aligned = k * cdiv(m, k * a1)
+    bs = max(bs, aligned)
+    if c.mamba_mode == "align":
+        mamba_block = bs
+    return bs, (bs * a1 if bs * a1 != m else None), mamba_block
+
+
+# --------------------------------------------------------------------------------------------- grouping
+
+
+def _uniform_type(layers: list[LayerKv]) -> bool:
+    """UniformTypeKVCacheSpecs.is_uniform_type: every layer full/MLA attention, or every layer the same window."""
+    kinds = {x.kind for x in layers}
+    if "mamba" in kinds:
+        return len({x.key for x in layers}) == 1
+    if kinds <= {"full", "mla"}:
+        return True
+    return kinds == {"sliding"} and len({x.window for x in layers}) == 1
+
+
+def _group_size(counts: list[int]) -> int:
+    """_get_kv_cache_groups_uniform_page_size: the smallest bucket, or the largest when it is < 1.5x the smallest."""
+    size = min(counts)
+    return max(counts) if max(counts) < 1.5 * size else size
+
+
+def layout(layers: list[LayerKv], c: KvConfig) -> KvLayout:
+    """The worker's KV layout: block size, groups and bytes per block, as vLLM builds them."""
+    if not layers:
+        raise PlanError("this worker holds no layer with a KV cache or state",
+                        fix="Check parallel.pp against the model's layers.")
+    bs, padded, mamba_block = block_size(layers, c)
+    pages = [bs * x.per_token if x.kind != "mamba" else (padded or x.state) for x in layers]
+    counts = Counter(x.key for x in layers)
+    specs = {x.key: x for x in layers}
+    per_token = sum(x.per_token for x in layers)
+    state = sum(x.state for x in layers)
+    if _uniform_type(layers):
+        buckets = tuple(Bucket(specs[k], n, 1) for k, n in counts.items())
+        return KvLayout(c, bs, padded, mamba_block, True, buckets, len(layers), sum(pages), per_token, state)
+    if len(set(pages)) != 1:
+        raise PlanError(f"KV pages of different sizes on one worker ({sorted(set(pages))} bytes): vLLM would rescale "
+                        "block sizes per group (unify_kv_cache_spec_page_size), which the planner does not model",
+                        fix="Plan without memory figures, or use one kv_cache_dtype for every layer.")
+    size = _group_size(list(counts.values()))
+    buckets = tuple(Bucket(specs[k], n, cdiv(n, size)) for k, n in counts.items())
+    pad = sum(b.groups * size - b.layers for b in buckets)
+    notes = (f"{pad} padding layer(s) in the KV groups (group size {size})",) if pad else ()
+    return KvLayout(c, bs, padded, mamba_block, False, buckets, size, pages[0] * size, per_token, state, notes)
+
+
+class NeedsBytes(Protocol):
+    def needed_bytes(self, length: int | None = None) -> int: ...
+
+
+def largest_fitting_len(layouts: Sequence[NeedsBytes], pools: Sequence[int], upper: int) -> int:
+    """Largest max_model_len one request fits on every worker (vLLM's binary search)."""
+
+    def fits(n: int) -> bool:
+        return all(lay.needed_bytes(n) <= pool for lay, pool in zip(layouts, pools, strict=True))
+
+    if not fits(1):
+        return 0
+    if fits(upper):
+        return upper
+    lo, hi = 1, upper
+    while lo + 1 < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo

@@ -1,0 +1,175 @@
+"""From a ModelSpec and the resolved settings to vLLM's per-layer cache specs on one worker (``LayerKv``) and the
+KV manager's configuration (``KvConfig``): KV element bytes, the attention backend's block size, sparse-MLA bytes
+per GPU, Mamba state shapes per mixer, prefix-caching mode.
+
+Sources (vLLM 0.26.0 / 0.33.0): layers/mamba/mamba_utils.py MambaStateShapeCalculator (gated_delta_net, mamba2,
+kda state shapes) and MambaStateDtypeCalculator; config/model.py get_num_kv_heads / get_head_size;
+layers/attention/mla_attention.py _canonicalize_sparse_mla_kv_cache_dtype; models/deepseek_v2.py
+DeepseekV32IndexerCache; arg_utils.py prefix-caching defaults; models/config.py MambaModelConfig. Research notes:
+kv-and-arch-spec.md sections 2, 3 and 5.4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from forklift.model.spec import ModelSpec, StateSpec
+from forklift.plan import rules
+from forklift.plan.kvcache import KvConfig, LayerKv
+
+_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+
+@dataclass(frozen=True)
+class KvInputs:
+    """The resolved settings the cache specs depend on."""
+
+    tp: int
+    kv_dtype: str  # as vLLM resolves --kv-cache-dtype (auto -> the checkpoint's declared KV dtype, else model)
+    model_dtype_bytes: int
+    capability: str  # "9.0", "10.0", "12.1"; "" for CPU
+    platform: str
+    max_model_len: int
+    mnbt: int
+    block: int | None  # the user's --block-size
+    amx: bool
+    dcp: int
+    pp: int
+    runner: str
+    num_spec: int
+    include_mtp: bool
+    prefix_caching: bool | None  # the user's --enable-prefix-caching (None: vLLM's default)
+
+
+def resolved_kv_dtype(requested: str, spec: ModelSpec, vr: rules.VersionRules, capability: str) -> str:
+    """--kv-cache-dtype as vLLM resolves it: auto takes the checkpoint's declared KV scheme (ModelOpt
+    kv_cache_quant_algo, compressed-tensors kv_cache_scheme); 0.33 GLM-DSA on SM10x turns auto into fp8."""
+    if requested != "auto":
+        return requested
+    if spec.quant.kv_cache_dtype:
+        return spec.quant.kv_cache_dtype
+    if vr.glm_dsa_sm100_auto_fp8 and spec.architecture == "GlmMoeDsaForCausalLM" and capability.startswith("10."):
+        return "fp8_e4m3"
+    return "auto"
+
+
+def kv_elem_bytes(kv_dtype: str, model_dtype_bytes: int) -> float:
+    if kv_dtype == "nvfp4":
+        return 0.5625  # torch_utils.nvfp4_kv_cache_full_dim: d/2 + d/16 bytes per head
+    if kv_dtype == "auto":
+        return float(model_dtype_bytes)
+    return float(_BYTES.get(kv_dtype, model_dtype_bytes))
+
+
+def _gpu_key(capability: str) -> str:
+    major = capability.split(".")[0] if capability else "9"
+    return {"9": "9.0", "10": "10.0", "11": "10.0", "12": "12.1"}.get(major, "9.0")
+
+
+def mla_bytes(spec: ModelSpec, x: KvInputs) -> int:
+    """MLA latent bytes per token per layer; sparse (DSA) models by the sparse backend the GPU gets."""
+    assert spec.mla is not None
+    fp8 = x.kv_dtype.startswith("fp8")
+    if spec.indexer is not None and x.platform == "cuda":
+        table: dict[str, dict[str, int]] = rules.data()["sparse_mla_bytes"]
+        return table[_gpu_key(x.capability)]["fp8" if fp8 else "auto"]
+    head = spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim
+    return int(head * kv_elem_bytes(x.kv_dtype, x.model_dtype_bytes))
+
+
+def state_bytes(st: StateSpec, x: KvInputs, vr: rules.VersionRules) -> int:
+    """MambaSpec.page_size_bytes (unpadded): conv state in the model dtype plus the recurrent state."""
+    t, s = x.tp, x.num_spec
+    conv_b = x.model_dtype_bytes
+    ssm_b = _BYTES.get(st.ssm_dtype or "", conv_b)
+    if st.kind == "gdn":
+        conv = (st.conv_kernel - 1 + s) * ((2 * st.key_heads * st.key_dim + st.heads * st.head_dim) // t)
+        ssm = (st.heads // t) * st.head_dim * st.key_dim
+    elif st.kind == "mamba2":
+        groups = st.groups if st.groups % t == 0 else st.groups + (t - st.groups)
+        conv = (st.conv_kernel - 1 + s) * ((st.heads * st.head_dim + 2 * groups * st.state_size) // t)
+        ssm = (st.heads // t) * st.head_dim * st.state_size
+    else:  # kda: 0.26 ignores the speculative tokens in the conv length; recurrent state fp32 (hard-coded)
+        length = st.conv_kernel - 1 + (s if vr.align_prefill_checkpoint else 0)
+        conv = length * (3 * st.heads * st.head_dim // t)
+        ssm = (st.heads // t) * st.head_dim * st.head_dim
+    return conv * conv_b + ssm * ssm_b
+
+
+def layer_specs(spec: ModelSpec, start: int, end: int, last: bool, x: KvInputs,
+                vr: rules.VersionRules) -> list[LayerKv]:
+    """The cache specs of the layers [start, end) on one worker (+ MTP draft layers on the last stage)."""
+    b = kv_elem_bytes(x.kv_dtype, x.model_dtype_bytes)
+    heads = max(1, spec.num_kv_heads // x.tp)
+    gqa = int(2 * heads * spec.head_dim * b)
+    out: list[LayerKv] = []
+    indexer_bytes = int(rules.data()["indexer_bytes_per_token"])
+    for layer in spec.layers[start:end]:
+        if layer.has_state and spec.state is not None:
+            out.append(LayerKv("mamba", state=state_bytes(spec.state, x, vr)))
+        elif layer.has_kv and spec.mla is not None:
+            out.append(LayerKv("mla", per_token=mla_bytes(spec, x)))
+            if layer.indexer:
+                out.append(LayerKv("mla", per_token=indexer_bytes))
+        elif layer.mixer == "sliding":
+            out.append(LayerKv("sliding", per_token=gqa, window=spec.sliding_window))
+        elif layer.has_kv:
+            out.append(LayerKv("full", per_token=gqa))
+    if last and x.include_mtp:
+        for _ in range(spec.mtp_layers):
+            out.append(LayerKv("mla", per_token=mla_bytes(spec, x)) if spec.mla else LayerKv("full", per_token=gqa))
+            if spec.indexer is not None:
+                out.append(LayerKv("mla", per_token=indexer_bytes))
+    return out
+
+
+def base_block(spec: ModelSpec, x: KvInputs) -> int:
+    """Phase 1: the user's --block-size, else the attention backend's preferred block."""
+    table: dict[str, Any] = rules.block_sizes()
+    if x.platform == "cpu":
+        return int(table["cpu_mla_without_amx"]) if spec.mla is not None and not x.amx else (x.block or
+                                                                                             int(table["cpu"]))
+    if x.block:
+        return x.block
+    if spec.indexer is not None:
+        return int(table["cuda_sparse_mla"])
+    if spec.mla is not None:
+        return int(table["cuda_mla"][_gpu_key(x.capability)]["fp8" if x.kv_dtype.startswith("fp8") else "auto"])
+    return int(table["cuda"])
+
+
+def mamba_mode(spec: ModelSpec, x: KvInputs, vr: rules.VersionRules) -> Literal["none", "align", "all"]:
+    """Prefix caching on a hybrid: "all" for SupportsMambaPrefixCaching models while vLLM has it, else "align"."""
+    if not spec.is_hybrid:
+        return "none"
+    on = x.prefix_caching if x.prefix_caching is not None else vr.hybrid_prefix_caching_default
+    if not on:
+        return "none"
+    return "all" if spec.supports_mamba_prefix_caching and vr.mamba_all_mode else "align"
+
+
+def concurrent_batches(pp: int, runner: str) -> int:
+    """VllmConfig.max_concurrent_batches with async scheduling (on by default)."""
+    if runner == "v2":
+        return pp + 1
+    return 2 if pp == 1 else pp
+
+
+def kv_config(spec: ModelSpec, x: KvInputs, vr: rules.VersionRules) -> KvConfig:
+    block = base_block(spec, x)
+    mode = mamba_mode(spec, x, vr)
+    ckpt_align, ckpt_blocks = 1, 0
+    if vr.align_prefill_checkpoint and mode == "align" and spec.state is not None:
+        if spec.state.kind == "gdn" and x.capability.startswith("9."):
+            ckpt_align, ckpt_blocks = 64, 1  # FlashInfer GDN prefill exports checkpoints (kv §3.2)
+        elif spec.state.kind == "mamba2":
+            ckpt_blocks = 1
+    return KvConfig(
+        max_model_len=x.max_model_len, mnbt=x.mnbt, block=block, kernel_min_block=block,
+        concurrent_batches=concurrent_batches(x.pp, x.runner), dcp=x.dcp, num_spec=x.num_spec, mamba_mode=mode,
+        mamba_chunk=spec.state.chunk_size if spec.state is not None else 256, mla=spec.mla is not None,
+        mla_hybrid_block_128=vr.mla_hybrid_block_128, ckpt_alignment=ckpt_align, ckpt_blocks=ckpt_blocks,
+        tokens_formula="concurrency" if vr.tokens_formula == "concurrency" else "blocks",
+        check_subtracts_null_block=vr.check_subtracts_null_block,
+    )

