@@ -96,7 +96,7 @@ def _context(record: Any, mem: dict[str, tuple[int, int]]) -> Context:
         status=record.status, error=record.error,
         failed_rank=int(failed.group(1)) if failed and failed.group(1) else None,
         failed_host=(failed.group(2) or failed.group(3)) if failed else None,
-        patches_applied=applied, patches_wanted=tuple(recipe.patches), backend=recipe.parallel.backend,
+        patches_applied=applied, patches_wanted=tuple(p.id for p in recipe.patches), backend=recipe.parallel.backend,
         nodes=len(recipe.nodes), unified_memory=any(unified), mem_available=mem, **_plan_facts(record),
     )
 

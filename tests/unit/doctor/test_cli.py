@@ -29,7 +29,10 @@ def test_the_table_shows_the_fix_and_the_evidence_line() -> None:
     res = runner.invoke(app, ["doctor", str(EX / "seed000-weight-loader-arity.log")])
     assert res.exit_code == 1
     assert "`forklift patch apply kv-scale-loader-args`" in res.stdout
-    assert "> seed000-weight-loader-arity.log:1: TypeError: KVCacheScaleParameter.weight_loader()" in res.stdout
+    evidence = res.stdout.split("evidence:", 1)[1].splitlines()
+    assert [line.strip() for line in evidence[1:3]] == [
+        "seed000-weight-loader-arity.log:1",
+        "TypeError: KVCacheScaleParameter.weight_loader() takes 2 positional arguments but 3 were given"]
 
 
 def test_a_healthy_log_exits_0() -> None:
