@@ -1,22 +1,22 @@
-"""Precision and recall of doctor's top finding's category, in-sample and held-out, reported apart.
+"""How often doctor's top finding names the right category, on data it was and was not built from.
 
-Two sets of real log excerpts (each ``NAME.log`` beside ``NAME.source.yaml`` naming its source and
-the expected category):
+Parts (``benchmarks/_doctor_corpus.py`` loads them):
 
-- ``tests/data/doctor/excerpts``: in-sample. The rules were written from these.
-- ``tests/data/doctor/heldout``: held out. Batch 1 (4 excerpts) was collected after the first rules;
-  batch 2 (15 of 46 excerpts collected on 2026-11-30) was split off before any rule change, by
-  sorting on sha256(source) and taking every third one. No rule was written or tuned from them.
+- ``heldout``: the round-2 corpus's held-out threads (split by a hash of the thread before any rule or model
+  was written; ``tests/data/doctor/corpus/split.yaml``). The headline. Never used to write or tune rules,
+  nor to train the classifier.
+- ``train``: the rest of the round-2 corpus (rules were written from it, the classifier trained on it).
+- ``old-insample`` / ``old-heldout``: round 1's excerpts and its held-out batch, relabelled to the round-2
+  taxonomy (``RELABEL``); reported apart.
 
-An excerpt with no expected category is a healthy log: its correct answer is "no error finding".
-Info-severity findings are ignored (they never count as a prediction).
+Per part: top-1 category accuracy (the top finding: first error/warning finding, else the first note),
+"no finding" rate, "unsure" rate (top probability below the threshold; the top candidate still counts for
+top-1), accuracy of confident answers, calibration of the top probability (reliability bins, expected
+calibration error, Brier score), and, for held-out, the rules-only figure beside the full engine's and
+the misses (expected -> predicted). Corpus size per category (train / held-out) is listed. Writes
+bench-results/doctor_accuracy.json.
 
-Per category: precision = correct top predictions / top predictions of that category,
-recall = correct top predictions / excerpts of that category. Micro figures over a whole part, with
-the counts behind them. Held-out misses are listed as a confusion list (expected -> predicted).
-Writes bench-results/doctor_accuracy.json.
-
-    python benchmarks/doctor_accuracy.py
+    python -m benchmarks.doctor_accuracy
 """
 
 from __future__ import annotations
@@ -28,109 +28,112 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from forklift.doctor import diagnose, load_rules
+from benchmarks._doctor_corpus import Item, corpus_items, old_items
+from forklift.doctor import Source, diagnose_sources, load_classifier, load_rules, scan_text
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO / "tests" / "data" / "doctor"
+OUT = REPO / "bench-results" / "doctor_accuracy.json"
+BINS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.01)
 
 
-def _rows(folder: Path) -> list[dict[str, Any]]:
-    rows = []
-    for meta in sorted(folder.glob("*.source.yaml")):
-        m = yaml.safe_load(meta.read_text())
-        log = meta.with_name(meta.name.removesuffix(".source.yaml") + ".log")
-        findings = [f for f in diagnose(log.read_text(errors="replace").splitlines()) if f.severity != "info"]
-        note = str(m.get("note") or "")
-        rows.append({
-            "excerpt": log.name,
-            "source": m["source"],
-            "batch": 2 if "batch 2" in note else 1,
-            "expected": m["expect"]["category"],
-            "predicted": findings[0].category if findings else None,
-            "rule": findings[0].rule if findings else None,
-        })
-    return rows
-
-
-def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    tp: Counter[str] = Counter()
-    pred: Counter[str] = Counter()
-    gold: Counter[str] = Counter()
-    for r in rows:
-        if r["predicted"]:
-            pred[str(r["predicted"])] += 1
-        if r["expected"]:
-            gold[str(r["expected"])] += 1
-        if r["predicted"] and r["predicted"] == r["expected"]:
-            tp[str(r["predicted"])] += 1
-    n_tp, n_pred, n_gold = sum(tp.values()), sum(pred.values()), sum(gold.values())
-    per_cat = {c: {"precision": round(tp[c] / pred[c], 3) if pred[c] else None,
-                   "recall": round(tp[c] / gold[c], 3) if gold[c] else None,
-                   "correct": tp[c], "predicted": pred[c], "support": gold[c]}
-               for c in sorted(set(pred) | set(gold))}
-    healthy = [r for r in rows if r["expected"] is None]
+def predict(item: Item, *, use_model: bool = True) -> dict[str, Any]:
+    report = diagnose_sources([Source(item.stem, scan_text([item.text]))], use_model=use_model)
+    active = [f for f in report.findings if f.severity != "info" and not f.superseded_by]
+    top = active[0] if active else (report.findings[0] if report.findings else None)
     return {
-        "excerpts": len(rows),
-        "correct": n_tp,
-        "predicted": n_pred,
-        "with_expected_category": n_gold,
-        "precision": round(n_tp / n_pred, 3) if n_pred else None,
-        "recall": round(n_tp / n_gold, 3) if n_gold else None,
-        "healthy_logs_without_error_finding": f"{sum(1 for r in healthy if r['predicted'] is None)}/{len(healthy)}",
-        "per_category": per_cat,
+        "item": item.stem, "thread": item.thread, "expected": item.category,
+        "predicted": top.category if top else None, "rule": top.rule if top else None,
+        "layer": top.layer if top else None, "p": round(top.confidence, 3) if top else None,
+        "unsure": report.unsure,
     }
 
 
-def evaluate(folder: Path, *, by_batch: bool = False) -> dict[str, Any]:
-    rows = _rows(folder)
-    out = score(rows)
-    if by_batch:
-        out["by_batch"] = {str(b): {k: v for k, v in score([r for r in rows if r["batch"] == b]).items()
-                                    if k != "per_category"}
-                           for b in sorted({r["batch"] for r in rows})}
-    out["misses"] = [r for r in rows if r["predicted"] != r["expected"]]
+def _calibration(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    scored = [r for r in rows if r["p"] is not None and r["expected"] is not None]
+    bins = []
+    ece = 0.0
+    for lo, hi in zip(BINS, BINS[1:], strict=False):
+        inside = [r for r in scored if lo <= r["p"] < hi]
+        if inside:
+            mean_p = sum(r["p"] for r in inside) / len(inside)
+            acc = sum(r["predicted"] == r["expected"] for r in inside) / len(inside)
+            ece += len(inside) / len(scored) * abs(mean_p - acc)
+            bins.append({"p": f"{lo:.1f}-{min(hi, 1.0):.1f}", "n": len(inside), "mean_p": round(mean_p, 3),
+                         "accuracy": round(acc, 3)})
+    brier = sum((r["p"] - (r["predicted"] == r["expected"])) ** 2 for r in scored) / len(scored) if scored else None
+    return {"bins": bins, "ece": round(ece, 3), "brier": round(brier, 3) if brier is not None else None}
+
+
+def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    labelled = [r for r in rows if r["expected"] is not None]
+    healthy = [r for r in rows if r["expected"] is None]
+    n = len(labelled)
+    correct = sum(r["predicted"] == r["expected"] for r in labelled)
+    none = sum(r["predicted"] is None for r in labelled)
+    unsure = sum(r["unsure"] for r in labelled)
+    confident = [r for r in labelled if r["predicted"] is not None and not r["unsure"]]
+    return {
+        "items": n,
+        "top1": round(correct / n, 3) if n else None,
+        "correct": correct,
+        "no_finding": round(none / n, 3) if n else None,
+        "no_finding_count": none,
+        "unsure": round(unsure / n, 3) if n else None,
+        "confident_accuracy": round(sum(r["predicted"] == r["expected"] for r in confident) / len(confident), 3)
+        if confident else None,
+        "confident_count": len(confident),
+        "healthy_logs_clean": f"{sum(r['predicted'] is None for r in healthy)}/{len(healthy)}",
+        "calibration": _calibration(labelled),
+    }
+
+
+def per_category(train: list[Item], held: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    tr = Counter(str(i.category) for i in train)
+    he = Counter(str(r["expected"]) for r in held)
+    ok = Counter(str(r["expected"]) for r in held if r["predicted"] == r["expected"])
+    for c in sorted(set(tr) | set(he)):
+        out[c] = {"train": tr[c], "heldout": he[c], "heldout_correct": ok[c]}
     return out
-
-
-def _line(name: str, r: dict[str, Any]) -> str:
-    return (f"{name}: {r['excerpts']} excerpts; precision {r['precision']} ({r['correct']}/{r['predicted']}), "
-            f"recall {r['recall']} ({r['correct']}/{r['with_expected_category']}); "
-            f"healthy logs clean {r['healthy_logs_without_error_finding']}\n")
 
 
 def main() -> int:
     t0 = time.monotonic()
-    in_sample = evaluate(DATA / "excerpts")
-    heldout = evaluate(DATA / "heldout", by_batch=True)
+    parts = {
+        "heldout": corpus_items(("heldout",)),
+        "train": corpus_items(("train",)),
+        "old-insample": old_items("excerpts"),
+        "old-heldout": old_items("heldout"),
+    }
+    rows = {name: [predict(it) for it in items] for name, items in parts.items()}
+    rules_only = [predict(it, use_model=False) for it in parts["heldout"]]
     result: dict[str, Any] = {
         "benchmark": "doctor_accuracy",
-        "metric": "top finding's category (info-severity findings ignored)",
+        "metric": "top finding's category; 'no finding' = nothing at all; unsure = top p below the threshold",
         "rules": len(load_rules()),
-        "in_sample": in_sample,
-        "heldout": heldout,
-        "heldout_confusion": [f"{m['expected']} -> {m['predicted']} ({m['excerpt']}, {m['source']})"
-                              for m in heldout["misses"]],
+        "classifier": load_classifier().version,
+        "threshold": load_classifier().threshold,
+        "headline_heldout": score(rows["heldout"]),
+        "heldout_rules_only": score(rules_only),
+        "in_sample_train": score(rows["train"]),
+        "old_insample": score(rows["old-insample"]),
+        "old_heldout": score(rows["old-heldout"]),
+        "corpus_per_category": per_category(parts["train"], rows["heldout"]),
+        "heldout_threads": len({r["thread"] for r in rows["heldout"]}),
+        "heldout_misses": [f"{r['expected']} -> {r['predicted']} ({r['item']}, {r['rule']}, p={r['p']})"
+                           for r in rows["heldout"] if r["predicted"] != r["expected"]],
         "seconds": 0.0,
     }
     result["seconds"] = round(time.monotonic() - t0, 2)
-    out = REPO / "bench-results" / "doctor_accuracy.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(result, indent=2) + "\n")
     w = sys.stdout.write
-    w(f"rules: {result['rules']}\n")
-    w(_line("in-sample", in_sample))
-    w(_line("held-out", heldout))
-    for batch, r in heldout["by_batch"].items():
-        w("  " + _line(f"held-out batch {batch}", r))
-    w(f"held-out misses ({len(heldout['misses'])}), expected -> predicted:\n")
-    for line in result["heldout_confusion"]:
-        w(f"  {line}\n")
-    if in_sample["misses"]:
-        w(f"in-sample misses ({len(in_sample['misses'])}): "
-          + ", ".join(f"{m['excerpt']} ({m['expected']} -> {m['predicted']})" for m in in_sample["misses"]) + "\n")
-    w(f"wrote {out}\n")
+    for key in ("headline_heldout", "heldout_rules_only", "in_sample_train", "old_insample", "old_heldout"):
+        r = result[key]
+        w(f"{key}: {r['items']} items, top-1 {r['top1']} ({r['correct']}), no finding {r['no_finding']}, "
+          f"unsure {r['unsure']}, confident accuracy {r['confident_accuracy']} ({r['confident_count']}), "
+          f"ECE {r['calibration']['ece']}, healthy clean {r['healthy_logs_clean']}\n")
+    w(f"held-out threads {result['heldout_threads']}; misses {len(result['heldout_misses'])}; wrote {OUT}\n")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from rich.markup import escape
 from rich.table import Table
 
 from forklift.cli.common import console, err_console
@@ -22,9 +23,10 @@ def print_checks(results: Sequence[CheckResult], *, title: str | None = None, sh
     table = Table(*columns, title=title, title_justify="left")
     for r in results:
         row = [r.host or ""] if with_host else []
-        row += [r.id, f"[{STYLE[r.status]}]{r.status}[/]"] + ([f"{r.seconds:.1f}"] if seconds else [])
+        row = [escape(x) for x in row] + [escape(r.id), f"[{STYLE[r.status]}]{r.status}[/]"]
+        row += [f"{r.seconds:.1f}"] if seconds else []
         fix = r.fix or "" if (r.status != "ok" or show_ok_fix) else ""
-        table.add_row(*row, r.summary, fix)
+        table.add_row(*row, escape(r.summary), escape(fix))
     console.print(table)
     if verbose:
         for r in results:

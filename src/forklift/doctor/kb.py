@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from forklift.doctor.model import Rule
+from forklift.doctor.model import CategoryInfo, Rule
 from forklift.errors import DoctorError
 
 
@@ -54,6 +54,17 @@ def _bundled() -> tuple[Rule, ...]:
             rules.extend(_parse(f"rules/{entry.name}", entry.read_text(encoding="utf-8")))
     _check_unique(rules)
     return tuple(rules)
+
+
+@lru_cache(maxsize=1)
+def load_categories() -> dict[str, CategoryInfo]:
+    """Per category: the generic title, cause, fix, how to verify it and the usual recipe key."""
+    entry = resources.files("forklift.doctor") / "categories.yaml"
+    data = yaml.safe_load(entry.read_text(encoding="utf-8"))
+    try:
+        return {name: CategoryInfo.model_validate(item) for name, item in data["categories"].items()}
+    except (ValidationError, KeyError, TypeError) as exc:
+        raise DoctorError(f"doctor categories.yaml: {exc}", fix="Fix categories.yaml.") from exc
 
 
 def _check_unique(rules: list[Rule]) -> None:

@@ -1,34 +1,22 @@
-"""The matcher: clean text lines in, ranked findings out. Pure: no files, no processes, no printing.
+"""The exact-signature layer: kept lines in, rule findings out. Pure: no files, no processes, no printing.
 
-One pass over the lines with bounded state per rule, so a log of any length is fine. A combined
-regular expression screens each line first; only lines that could match are tested rule by rule.
+One pass over the lines with bounded state per rule. The screen (``screen.py``) names the rules whose
+literal anchors a line holds; only their regular expressions run on it.
 """
 
 from __future__ import annotations
 
 import re
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from forklift.doctor.advice import kv_advice
 from forklift.doctor.kb import load_rules
-from forklift.doctor.lines import iter_text
-from forklift.doctor.model import SEVERITY_RANK, Finding, Report, Rule
+from forklift.doctor.model import SEVERITY_RANK, Finding, Line, Rule
+from forklift.doctor.screen import build as build_screen
 
 MAX_QUOTED = 6
-TAIL = 12
-_ERRORISH = re.compile(
-    r"(?:Error|Exception|Traceback|FATAL|CRITICAL|Killed|failed|timed out)\b|\bERROR\b|\berror:", re.IGNORECASE
-)
-_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
-
-
-@dataclass
-class _Hit:
-    index: int
-    line: str
 
 
 @dataclass
@@ -37,39 +25,40 @@ class _State:
     all_re: list[re.Pattern[str]]
     any_re: list[re.Pattern[str]]
     none_re: list[re.Pattern[str]]
-    all_hits: list[_Hit | None]
-    any_hit: _Hit | None = None
+    all_hits: list[Line | None]
+    any_hit: Line | None = None
     excluded: bool = False
     next_ordered: int = 0
     facts: dict[str, str] = field(default_factory=dict)
 
-    def feed(self, index: int, line: str) -> None:
+    def feed(self, line: Line) -> None:
         if self.excluded:
             return
+        text = line.text
         for rx in self.none_re:
-            if rx.search(line):
+            if rx.search(text):
                 self.excluded = True
                 return
         if self.rule.match.ordered:
             k = self.next_ordered
             if k < len(self.all_re):
-                m = self.all_re[k].search(line)
+                m = self.all_re[k].search(text)
                 if m:
-                    self.all_hits[k] = _Hit(index, line)
+                    self.all_hits[k] = line
                     self._facts(m)
                     self.next_ordered += 1
         else:
             for k, rx in enumerate(self.all_re):
                 if self.all_hits[k] is None:
-                    m = rx.search(line)
+                    m = rx.search(text)
                     if m:
-                        self.all_hits[k] = _Hit(index, line)
+                        self.all_hits[k] = line
                         self._facts(m)
         for rx in self.any_re:
-            m = rx.search(line)
+            m = rx.search(text)
             if m:
                 if self.any_hit is None:
-                    self.any_hit = _Hit(index, line)
+                    self.any_hit = line
                 self._facts(m)
 
     def _facts(self, m: re.Match[str]) -> None:
@@ -82,12 +71,12 @@ class _State:
             return False
         return not self.any_re or self.any_hit is not None
 
-    def hits(self) -> list[_Hit]:
+    def hits(self) -> list[Line]:
         found = [h for h in self.all_hits if h is not None]
         if self.any_hit is not None:
             found.append(self.any_hit)
-        unique = {h.index: h for h in found}
-        return [unique[i] for i in sorted(unique)]
+        unique = {(h.source, h.number, h.text): h for h in found}
+        return [unique[k] for k in sorted(unique, key=lambda k: (k[0], k[1]))]
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -116,7 +105,7 @@ def version_applies(spec: str | None, version: str | None) -> bool | None:
     return True
 
 
-def _fill(template: str, facts: dict[str, str]) -> str:
+def fill(template: str, facts: dict[str, str]) -> str:
     return _PLACEHOLDER.sub(lambda m: facts.get(m.group(1), "unknown"), template)
 
 
@@ -125,51 +114,39 @@ class Matcher:
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         self.rules = list(rules)
-        sources = []
-        for r in self.rules:
-            for p in (*r.match.all, *r.match.any, *r.match.none):
-                sources.append("(?:" + _NAMED_GROUP.sub("(?:", p) + ")")
-        self._screen = re.compile("|".join(sources)) if sources else None
+        self.by_id = {r.id: r for r in self.rules}
+        self.screen = build_screen(self.rules)
+        self._compiled = [([re.compile(p) for p in r.match.all], [re.compile(p) for p in r.match.any],
+                           [re.compile(p) for p in r.match.none]) for r in self.rules]
 
-    def run(self, lines: Iterable[str], *, vllm_version: str | None = None) -> Report:
-        states = [
-            _State(r, [re.compile(p) for p in r.match.all], [re.compile(p) for p in r.match.any],
-                   [re.compile(p) for p in r.match.none], [None] * len(r.match.all))
-            for r in self.rules
-        ]
-        tail: deque[str] = deque(maxlen=TAIL)
-        count = 0
-        for index, line in enumerate(iter_text(lines)):
-            count = index + 1
-            if _ERRORISH.search(line):
-                tail.append(line)
-            if self._screen is not None and not self._screen.search(line):
-                continue
-            for s in states:
-                s.feed(index, line)
+    def run(self, lines: Iterable[Line], *, vllm_version: str | None = None) -> list[Finding]:
+        """Rule findings (confidence = the rule's prior), ranked, superseded ones marked."""
+        states = [_State(r, a, b, c, [None] * len(a)) for r, (a, b, c) in zip(self.rules, self._compiled, strict=True)]
+        for line in lines:
+            for i in sorted(self.screen.rules_for(line.text.encode("utf-8", "ignore").lower())):
+                states[i].feed(line)
         findings = [self._finding(s, vllm_version) for s in states if s.matched()]
-        return Report(_rank(findings, {r.id: r for r in self.rules}), count, list(tail))
+        return rank(findings, self.by_id)
 
     def _finding(self, s: _State, vllm_version: str | None) -> Finding:
         r = s.rule
         confidence = r.confidence
-        applies = version_applies(r.versions, vllm_version)
-        if applies is False:
+        if version_applies(r.versions, vllm_version) is False:
             confidence *= 0.5
         facts = dict(s.facts)
         if vllm_version:
             facts.setdefault("vllm_version", vllm_version)
         hits = s.hits()
-        quoted = [h.line for h in hits[:MAX_QUOTED]]
         advice = kv_advice(facts) if r.advice == "kv_cache" else []
         return Finding(
             rule=r.id, title=r.title, category=r.category, severity=r.severity, confidence=confidence,
-            cause=_fill(r.cause, facts).strip(), fix=_fill(r.fix, facts).strip(), lines=quoted,
-            references=list(r.references), facts=facts, advice=advice,
+            cause=fill(r.cause, facts).strip(), fix=fill(r.fix, facts).strip(),
+            lines=[h.text for h in hits[:MAX_QUOTED]], references=list(r.references), facts=facts,
+            advice=advice, layer="rule", key=r.key, patch=r.patch, evidence=hits[:MAX_QUOTED],
         )
 
 
-def _rank(findings: list[Finding], rules: dict[str, Rule]) -> list[Finding]:
+def rank(findings: list[Finding], rules: dict[str, Rule]) -> list[Finding]:
     """Most specific first: superseded last; errors before warnings before info; then confidence."""
     by_id = {f.rule: f for f in findings}
     superseded: dict[str, str] = {}
@@ -178,6 +155,13 @@ def _rank(findings: list[Finding], rules: dict[str, Rule]) -> list[Finding]:
         for victim in rule.supersedes if rule else []:
             if victim in by_id:
                 superseded.setdefault(victim, f.rule)
+    specific = [f.rule for f in findings if f.severity != "info" and not (rules.get(f.rule) and rules[f.rule].generic)
+                and f.rule not in superseded]
+    if specific:
+        for f in findings:
+            rule = rules.get(f.rule)
+            if rule and rule.generic:
+                superseded.setdefault(f.rule, specific[0])
     out = []
     for f in findings:
         if f.rule in superseded:
@@ -200,15 +184,3 @@ def default_matcher() -> Matcher:
     if _default is None:
         _default = Matcher(load_rules())
     return _default
-
-
-def diagnose_report(lines: Iterable[str], *, vllm_version: str | None = None,
-                    rules: Sequence[Rule] | None = None) -> Report:
-    """Findings plus the lines read and the last error-looking lines (for 'nothing matched')."""
-    matcher = default_matcher() if rules is None else Matcher(rules)
-    return matcher.run(lines, vllm_version=vllm_version)
-
-
-def diagnose(lines: Iterable[str], *, vllm_version: str | None = None) -> list[Finding]:
-    """Ranked findings for log lines (any mix of ranks, colours and progress bars), most specific first."""
-    return diagnose_report(lines, vllm_version=vllm_version).findings

@@ -1,4 +1,4 @@
-"""The doctor's data shapes: rules (loaded from YAML) and findings (what the matcher returns)."""
+"""The doctor's data shapes: rules (loaded from YAML), findings and the report a diagnosis returns."""
 
 from __future__ import annotations
 
@@ -13,28 +13,41 @@ Category = Literal[
     "startup_free_memory_check",
     "oom_host_unified_memory",
     "oom_weights_load",
+    "oom_gpu_runtime",
     "page_cache_pressure",
     "ray_actor_or_session",
+    "ray_worker_died",
     "ray_health_timeout",
     "nccl_hang_or_timeout",
     "nccl_network_config",
+    "rdma_ib_error",
     "distributed_init_timeout",
+    "shm_broadcast_rpc_timeout",
     "weight_loader_signature_drift",
     "patch_drift",
     "unsupported_quantization_or_arch",
+    "attention_backend_unsupported",
     "triton_shared_memory",
+    "compile_failure",
     "cuda_graph_capture_failure",
+    "cuda_driver_or_device",
+    "parallel_layout_invalid",
     "tokenizer_or_chat_template",
     "tool_parser_or_reasoning_parser",
     "speculative_decoding_incompatible",
     "port_in_use_or_bind",
     "model_path_missing_on_worker",
+    "hf_download_or_auth",
     "version_mismatch",
-    "reasoning_budget",
+    "engine_args_invalid",
     "engine_install",
+    "container_runtime",
+    "reasoning_budget",
 ]
 Severity = Literal["error", "warning", "info"]
 SEVERITY_RANK: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
+Layer = Literal["rule", "model", "context"]
+Phase = Literal["starting", "loading weights", "compiling", "sizing KV cache", "serving"]
 
 
 class _Strict(BaseModel):
@@ -73,19 +86,25 @@ class Match(_Strict):
 
 
 class Rule(_Strict):
-    """One piece of knowledge: a signature in the logs, its cause and the fix."""
+    """One exact signature: the lines that show it, its cause, the fix and the recipe key to change."""
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     title: str
     category: Category
     severity: Severity = "error"
-    confidence: float = Field(ge=0.0, le=1.0, description="How sure a match is of the cause.")
+    confidence: float = Field(ge=0.0, le=1.0, description="How sure a match is of the cause (a probability).")
     match: Match
     cause: str
     fix: str
+    key: str | None = Field(default=None, description="The recipe key the fix changes, e.g. serve.max_model_len.")
+    patch: str | None = Field(default=None, description="A patch id from the catalog that fixes it.")
     references: list[str] = Field(min_length=1)
+    examples: list[str] = Field(default_factory=list,
+                                description="Verbatim lines (from the corpus or the software's source) it matches.")
     versions: str | None = Field(default=None, description="vLLM versions it applies to, e.g. '>=0.6,<0.30'.")
     supersedes: list[str] = Field(default_factory=list, description="Rules this one explains better.")
+    generic: bool = Field(default=False, description=(
+        "A wrapper or symptom line: any specific rule that matches explains it better."))
     advice: Literal["kv_cache"] | None = None
 
     @field_validator("versions")
@@ -98,15 +117,39 @@ class Rule(_Strict):
         return value
 
 
+class CategoryInfo(_Strict):
+    """What doctor says for a category when no exact rule names the cause (the classifier's findings)."""
+
+    title: str
+    cause: str
+    fix: str
+    verify: str
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class Line:
+    """A log line that was read: its 1-based number in its source, the source's label, the text."""
+
+    number: int
+    text: str
+    source: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.source}:{self.number}" if self.source else str(self.number)
+        return f"{where}: {self.text}"
+
+
 @dataclass(frozen=True)
 class Finding:
-    """A rule that matched: what it means, what to do, and the lines that show it."""
+    """A cause with its probability, the fix, and the lines that show it."""
 
     rule: str
     title: str
     category: str
     severity: str
     confidence: float
+    """The probability that this is the cause (calibrated; see ``forklift.doctor.engine``)."""
     cause: str
     fix: str
     lines: list[str]
@@ -114,6 +157,15 @@ class Finding:
     facts: dict[str, str] = field(default_factory=dict)
     advice: list[str] = field(default_factory=list)
     superseded_by: str | None = None
+    layer: Layer = "rule"
+    key: str | None = None
+    patch: str | None = None
+    host: str | None = None
+    evidence: list[Line] = field(default_factory=list)
+
+    @property
+    def probability(self) -> float:
+        return self.confidence
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -122,9 +174,14 @@ class Finding:
             "category": self.category,
             "severity": self.severity,
             "confidence": round(self.confidence, 3),
+            "layer": self.layer,
             "cause": self.cause,
             "fix": self.fix,
+            "key": self.key,
+            "patch": self.patch,
+            "host": self.host,
             "lines": list(self.lines),
+            "evidence": [{"source": e.source, "line": e.number, "text": e.text} for e in self.evidence],
             "references": list(self.references),
             "facts": dict(self.facts),
             "advice": list(self.advice),
@@ -134,19 +191,38 @@ class Finding:
 
 @dataclass(frozen=True)
 class Report:
-    """Everything one diagnosis produced: ranked findings plus what to show when none matched."""
+    """Everything one diagnosis produced.
+
+    ``findings``: ranked, most likely first. ``unsure``: the top finding's probability is below the
+    threshold, so ``findings`` are candidates to verify, not a diagnosis. ``error_tail``: the last
+    error-looking lines (shown when nothing was found).
+    """
 
     findings: list[Finding]
     lines_read: int
     error_tail: list[str]
+    unsure: bool = False
+    threshold: float = 0.5
+    bytes_read: int = 0
+    phase: str | None = None
+    context: dict[str, Any] = field(default_factory=dict)
 
     @property
     def has_error(self) -> bool:
         return any(f.severity == "error" for f in self.findings)
 
+    @property
+    def top(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
     def to_json(self) -> dict[str, Any]:
         return {
+            "unsure": self.unsure,
+            "threshold": self.threshold,
             "findings": [f.to_json() for f in self.findings],
             "lines_read": self.lines_read,
+            "bytes_read": self.bytes_read,
+            "phase": self.phase,
+            "context": dict(self.context),
             "error_tail": list(self.error_tail),
         }

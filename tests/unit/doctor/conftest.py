@@ -1,13 +1,21 @@
-"""Excerpts of real logs, each with a source file naming where it came from and what it shows."""
+"""Real log excerpts for doctor's tests: the round-1 excerpts (each with a source file naming where it came
+from and what it shows) and the round-2 corpus (tests/data/doctor/corpus, its TRAIN split only: the
+held-out split is for benchmarks/doctor_accuracy.py, never for tests that shape rules)."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "doctor"
+REPO = Path(__file__).resolve().parents[3]
+DATA = REPO / "tests" / "data" / "doctor"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks._doctor_corpus import Item, corpus_items  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -28,3 +36,7 @@ def excerpts(folder: str = "excerpts") -> list[Excerpt]:
         out.append(Excerpt(name, meta.with_name(f"{name}.log"), m["source"], m.get("cites"),
                            m["expect"]["category"], m["expect"]["rule"]))
     return out
+
+
+def train_items() -> list[Item]:
+    return corpus_items(("train",))

@@ -1,0 +1,200 @@
+"""The layered diagnosis: exact signatures, then the statistical layer, then context; one calibrated report.
+
+1. Rules (``rules/*.yaml``) run over each source's kept lines. A rule's ``confidence`` is its prior.
+2. The classifier (``data/classifier.json``) reads the error window of all sources together and gives a
+   distribution over categories, shifted by the context's priors (``context.priors``).
+3. Combination, a product of experts: each category's score is the statistical layer's probability;
+   a category with a matching rule of confidence c has it raised to at least RULE_FLOOR and multiplied
+   by 1 + RULE_WEIGHT * c / (1 - c). Scores are normalised into the reported probabilities. So a
+   confident rule wins unless the text says clearly otherwise, and a weak rule (c ~ 0.5) is a tie-breaker.
+   Without the statistical layer the rule's confidence is the probability. RULE_WEIGHT and RULE_FLOOR
+   were chosen on the training split (out-of-fold classifier probabilities), never on held-out data.
+   With neither a rule nor a line that looks like an error, there is no finding.
+4. Below ``threshold`` the report is ``unsure``: its findings are candidates to verify, not a diagnosis.
+``benchmarks/doctor_accuracy.py`` reports how well these probabilities are calibrated on held-out data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from forklift.doctor.classify import Classifier, load_classifier
+from forklift.doctor.context import Context, phase_of, priors
+from forklift.doctor.features import errorish, failure_line, report_like, window, window_text
+from forklift.doctor.kb import load_categories
+from forklift.doctor.match import MAX_QUOTED, Matcher, default_matcher, rank
+from forklift.doctor.model import Finding, Line, Report, Rule
+from forklift.doctor.scan import Excerpt, scan_text
+from forklift.errors import DoctorError
+
+DEFAULT_THRESHOLD = 0.5
+CANDIDATES = 3
+RULE_WEIGHT = 6.0
+EVIDENCE_LINES = 150
+RULE_FLOOR = 0.1
+TAIL = 12
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input: a file, a rank's log, a node's dmesg. ``host`` is the node it came from, when known."""
+
+    label: str
+    excerpt: Excerpt
+    host: str | None = None
+
+
+def _rule_findings(sources: Sequence[Source], matcher: Matcher, version: str | None) -> list[Finding]:
+    merged: dict[str, Finding] = {}
+    for src in sources:
+        for f in matcher.run(src.excerpt.lines, vllm_version=version):
+            f = replace(f, superseded_by=None, host=f.host or src.host)
+            old = merged.get(f.rule)
+            if old is None:
+                merged[f.rule] = f
+                continue
+            evidence = (old.evidence + [e for e in f.evidence if e not in old.evidence])[:MAX_QUOTED]
+            hosts = ", ".join(h for h in dict.fromkeys([*(old.host or "").split(", "), f.host or ""]) if h)
+            merged[f.rule] = replace(old, evidence=evidence, lines=[e.text for e in evidence], host=hosts or None)
+    return rank(list(merged.values()), matcher.by_id)
+
+
+def _model_distribution(classifier: Classifier, sources: Sequence[Source], ctx: Context | None,
+                        phase: str | None) -> dict[str, float]:
+    text = "\n".join(window_text(s.excerpt.lines) for s in sources)
+    probs = classifier.probabilities(text)
+    shift = priors(ctx, phase)
+    if shift:
+        probs = {c: p * shift.get(c, 1.0) for c, p in probs.items()}
+        total = sum(probs.values())
+        probs = {c: p / total for c, p in probs.items()}
+    return probs
+
+
+def _model_finding(category: str, p: float, evidence: list[Line], classifier: Classifier) -> Finding:
+    info = load_categories()[category]
+    return Finding(
+        rule=f"model:{category}", title=info.title, category=category, severity="error", confidence=p,
+        cause=info.cause, fix=info.fix, lines=[e.text for e in evidence],
+        references=[f"doctor classifier {classifier.version}"], layer="model", key=info.key,
+        evidence=evidence,
+        facts={"verify": info.verify},
+    )
+
+
+def _failure_evidence(sources: Sequence[Source]) -> bool:
+    """Worth asking the statistical layer: a line reports a failure, or the input is a written report of one."""
+    for s in sources:
+        texts = s.excerpt.texts()
+        if any(failure_line(t) for t in texts) or (report_like(texts) and any(errorish(t) for t in texts)):
+            return True
+    return False
+
+
+def _all_lines(sources: Sequence[Source]) -> list[Line]:
+    return [line for s in sources for line in s.excerpt.lines]
+
+
+def _rule_odds(confidence: float) -> float:
+    """How much a matching rule multiplies its category's odds: 1 + K * c / (1 - c)."""
+    c = min(confidence, 0.995)
+    return 1.0 + RULE_WEIGHT * c / (1.0 - c)
+
+
+def _combine(active: list[Finding], probs: dict[str, float], classifier: Classifier | None,
+             sources: Sequence[Source]) -> list[Finding]:
+    """Ranked findings with probabilities (see the module docstring)."""
+    best: dict[str, Finding] = {}
+    for f in active:
+        best.setdefault(f.category, f)
+    if probs:
+        score = dict(probs)
+        for c, f in best.items():
+            score[c] = max(probs.get(c, 0.0), RULE_FLOOR) * _rule_odds(f.confidence)
+    else:
+        top_conf = active[0].confidence if active else 0.0
+        score = {c: f.confidence for c, f in best.items()}
+        rest = sum(v for c, v in score.items() if c != active[0].category) if active else 0.0
+        if active and rest > 0:
+            scale = (1.0 - top_conf) / rest
+            score = {c: (v if c == active[0].category else v * min(1.0, scale)) for c, v in score.items()}
+    total = sum(score.values()) or 1.0
+    q = {c: v / total for c, v in score.items()}
+    ranked = sorted(q.items(), key=lambda kv: (-kv[1], kv[0] not in best))
+    lines = [x for s in sources for x in window(s.excerpt.lines) if failure_line(x.text)][-EVIDENCE_LINES:]
+    scores = classifier.line_scores(lines) if classifier is not None else []
+    out: list[Finding] = []
+    for c, p in ranked:
+        if c in best:
+            out.append(replace(best[c], confidence=p))
+        elif classifier is not None and len(out) < max(CANDIDATES, len(best)):
+            out.append(_model_finding(c, p, classifier.evidence(lines, c, scores=scores), classifier))
+        if len(out) >= max(CANDIDATES, len(best)) and all(x in {f.category for f in out} for x in best):
+            break
+    return out
+
+
+def _apply_patch_context(f: Finding, ctx: Context | None) -> Finding:
+    if ctx is None or not f.patch:
+        return f
+    if f.patch in ctx.patches_applied:
+        return replace(
+            f, category="patch_drift", confidence=f.confidence * 0.8,
+            cause=f"{f.cause} The catalog patch {f.patch} is applied on this run and the failure remains, so "
+                  "the code it patches has moved on in this vLLM release.",
+            fix=f"Check it on each node with `forklift patch status {f.patch}` and across releases with "
+                f"`forklift patch check {f.patch}`; pin a vLLM release the patch supports.")
+    if f.patch not in ctx.patches_wanted:
+        return replace(f, fix=f"Add `patches: [{f.patch}]` to the recipe (forklift applies and verifies it on every "
+                              f"node before the start), or run `forklift patch apply {f.patch}`. {f.fix}")
+    return f
+
+
+def _tail(sources: Sequence[Source]) -> list[str]:
+    return [x.text for x in _all_lines(sources) if failure_line(x.text)][-TAIL:]
+
+
+def diagnose_sources(sources: Sequence[Source], context: Context | None = None, *,
+                     matcher: Matcher | None = None, classifier: Classifier | None = None,
+                     use_model: bool = True, threshold: float | None = None) -> Report:
+    """The report for a run's sources (files, rank logs, node collections) and what is known about the run."""
+    matcher = matcher or default_matcher()
+    version = context.vllm_version if context else None
+    found = _rule_findings(sources, matcher, version)
+    active = [f for f in found if f.severity != "info" and not f.superseded_by]
+    passive = [f for f in found if f not in active]
+    phase = phase_of(x.text for x in _all_lines(sources))
+    if use_model and classifier is None:
+        try:
+            classifier = load_classifier()
+        except DoctorError:  # a missing or foreign model file: the rules still answer
+            classifier = None
+    probs: dict[str, float] = {}
+    if classifier is not None and (active or _failure_evidence(sources)):
+        probs = _model_distribution(classifier, sources, context, phase)
+    findings = _combine(active, probs, classifier if probs else None, sources)
+    if findings:
+        findings[0] = _apply_patch_context(findings[0], context)
+        if context and context.failed_host and not findings[0].host:
+            findings[0] = replace(findings[0], host=context.failed_host)
+    limit = threshold if threshold is not None else (classifier.threshold if classifier else DEFAULT_THRESHOLD)
+    unsure = bool(findings) and findings[0].confidence < limit
+    total_lines = sum(s.excerpt.total_lines for s in sources)
+    total_bytes = sum(s.excerpt.total_bytes for s in sources)
+    return Report(findings + passive, total_lines, _tail(sources), unsure=unsure, threshold=limit,
+                  bytes_read=total_bytes, phase=(context.phase if context and context.phase else phase),
+                  context=context.to_json() if context else {})
+
+
+def diagnose_report(lines: Iterable[str], *, vllm_version: str | None = None,
+                    rules: Sequence[Rule] | None = None, use_model: bool = True) -> Report:
+    """A report for log lines that are already text (one source)."""
+    matcher = default_matcher() if rules is None else Matcher(rules)
+    ctx = Context(vllm_version=vllm_version) if vllm_version else None
+    return diagnose_sources([Source("input", scan_text(lines))], ctx, matcher=matcher, use_model=use_model)
+
+
+def diagnose(lines: Iterable[str], *, vllm_version: str | None = None) -> list[Finding]:
+    """Ranked findings for log lines (any mix of ranks, colours and progress bars), most likely first."""
+    return diagnose_report(lines, vllm_version=vllm_version).findings
