@@ -19,12 +19,15 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
-import httpx
 from packaging.version import InvalidVersion, Version
 
 from forklift import paths
 from forklift.errors import PatchError
+
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -61,6 +64,8 @@ def parse_requirement(text: str) -> str:
 def list_release_files(version: str, *, index_url: str = DEFAULT_INDEX,
                        client: httpx.Client | None = None) -> list[ReleaseFile]:
     """The files of vllm==version on the index, smallest first."""
+    import httpx  # noqa: PLC0415 - only `patch check --against` talks to the index; plan must not pay for httpx
+
     url = f"{index_url.rstrip('/')}/vllm/"
     try:
         if client is None:
@@ -114,6 +119,8 @@ def fetch(version: str, *, index_url: str = DEFAULT_INDEX, max_bytes: int = MAX_
             f"(limit {max_bytes / 1e6:.0f} MB)",
             fix="Download it yourself into " + str(releases_dir()) + " if you really want it checked.",
         )
+    import httpx  # noqa: PLC0415 - see list_release_files
+
     dest = releases_dir() / choice.filename
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")

@@ -13,12 +13,26 @@ Layer: beside ``model`` and ``patches``; imports recipe, hardware, errors, resul
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from forklift.errors import HardwareError
 from forklift.hardware.profiles import get as hardware_profile
 from forklift.recipe.schema import Recipe
-from forklift.speculative import metrics, render, sizing, versions, workload
+from forklift.speculative import render, sizing, versions
 from forklift.speculative.rules import Finding, facts, findings, refuse
 from forklift.speculative.shape import ModelShape
+
+if TYPE_CHECKING:
+    from forklift.speculative import metrics, workload
+
+
+def __getattr__(name: str) -> Any:
+    """``metrics`` (prometheus_client) and ``workload`` load when first used: ``plan`` needs neither."""
+    if name in ("metrics", "workload"):
+        return importlib.import_module(f"forklift.speculative.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Finding", "ModelShape", "check", "metrics", "platform_of", "render", "sizing", "versions", "workload"]
 
