@@ -11,11 +11,12 @@ from pydantic import ValidationError
 
 from forklift.doctor.model import CategoryInfo, Rule
 from forklift.errors import DoctorError
+from forklift.yamlio import load_data
 
 
 def _parse(name: str, text: str) -> list[Rule]:
     try:
-        data = yaml.safe_load(text)
+        data = load_data(text)
     except yaml.YAMLError as exc:
         raise DoctorError(f"doctor rules {name}: not YAML: {exc}", fix="Fix the YAML syntax.") from exc
     if not isinstance(data, dict) or not isinstance(data.get("rules"), list):
@@ -60,7 +61,7 @@ def _bundled() -> tuple[Rule, ...]:
 def load_categories() -> dict[str, CategoryInfo]:
     """Per category: the generic title, cause, fix, how to verify it and the usual recipe key."""
     entry = resources.files("forklift.doctor") / "categories.yaml"
-    data = yaml.safe_load(entry.read_text(encoding="utf-8"))
+    data = load_data(entry.read_text(encoding="utf-8"))
     try:
         return {name: CategoryInfo.model_validate(item) for name, item in data["categories"].items()}
     except (ValidationError, KeyError, TypeError) as exc:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from forklift import paths
 from forklift.errors import HardwareError
+from forklift.yamlio import load_data
 
 
 class HardwareProfile(BaseModel):
@@ -56,7 +57,7 @@ class NetworkProfile(BaseModel):
 
 def _load(file: str) -> dict[str, dict[str, Any]]:
     text = (resources.files("forklift.hardware") / file).read_text()
-    data: dict[str, dict[str, Any]] = yaml.safe_load(text)
+    data: dict[str, dict[str, Any]] = load_data(text)
     return data
 
 

@@ -12,8 +12,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from forklift.errors import ModelError, UnknownArchitectureError
 from forklift.model.quant import scheme_from_config
 from forklift.model.spec import (
@@ -25,6 +23,7 @@ from forklift.model.spec import (
     ModelSpec,
     StateSpec,
 )
+from forklift.yamlio import load_data
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 Cfg = Mapping[str, Any]
@@ -34,7 +33,7 @@ LayerPlan = list[tuple[Mixer, Mlp | None]]  # per layer: mixer, and the MLP when
 @cache
 def data() -> dict[str, Any]:
     text = (resources.files("forklift.model") / "architectures.yaml").read_text()
-    loaded: dict[str, Any] = yaml.safe_load(text)
+    loaded: dict[str, Any] = load_data(text)
     return loaded
 
 

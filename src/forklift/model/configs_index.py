@@ -6,8 +6,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict
+
+from forklift.yamlio import load_data
 
 
 class BundledConfig(BaseModel):
@@ -22,7 +23,7 @@ class BundledConfig(BaseModel):
 @cache
 def bundled_configs() -> dict[str, BundledConfig]:
     text = (resources.files("forklift.model") / "configs" / "index.yaml").read_text()
-    raw: dict[str, dict[str, Any]] = yaml.safe_load(text)
+    raw: dict[str, dict[str, Any]] = load_data(text)
     return {name: BundledConfig(name=name, **entry) for name, entry in raw.items()}
 
 

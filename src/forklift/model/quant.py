@@ -18,10 +18,10 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict
 
 from forklift.errors import ModelError
+from forklift.yamlio import load_data
 
 Match = Literal["none", "exact", "substring", "modelopt", "ct", "fp8", "gptq"]
 _SHARDS = {"gate_up_proj": ("gate_proj", "up_proj"), "qkv_proj": ("q_proj", "k_proj", "v_proj")}
@@ -31,7 +31,7 @@ _SHARDS = {"gate_up_proj": ("gate_proj", "up_proj"), "qkv_proj": ("q_proj", "k_p
 def format_bytes() -> dict[str, float]:
     """Bytes per parameter of the named weight formats (data: quant_formats.yaml)."""
     text = (resources.files("forklift.model") / "quant_formats.yaml").read_text()
-    return {str(k): float(v) for k, v in yaml.safe_load(text).items()}
+    return {str(k): float(v) for k, v in load_data(text).items()}
 
 
 def _names(module: str) -> list[str]:

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from forklift import paths
 from forklift.errors import PatchError
 from forklift.patches import core
+from forklift.yamlio import load_data
 
 
 class _Strict(BaseModel):
@@ -202,7 +203,7 @@ def catalog(extra_dirs: list[Path] | None = None) -> dict[str, Patch]:
     bundled = resources.files("forklift.patches") / "catalog"
     for entry in sorted(bundled.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".yaml"):
-            data = yaml.safe_load(entry.read_text(encoding="utf-8"))
+            data = load_data(entry.read_text(encoding="utf-8"))
             p = parse_patch(data, source=f"catalog/{entry.name}")
             patches[p.id] = p
     for d in [user_dir(), *(extra_dirs or [])]:

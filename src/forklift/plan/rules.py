@@ -10,8 +10,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict
+
+from forklift.yamlio import load_data
 
 
 class VersionRules(BaseModel):
@@ -63,7 +64,7 @@ class VersionRules(BaseModel):
 @cache
 def data() -> dict[str, Any]:
     text = (resources.files("forklift.plan") / "data" / "vllm.yaml").read_text()
-    loaded: dict[str, Any] = yaml.safe_load(text)
+    loaded: dict[str, Any] = load_data(text)
     return loaded
 
 
@@ -139,5 +140,5 @@ def block_sizes() -> dict[str, Any]:
 @cache
 def claims() -> dict[str, dict[str, Any]]:
     text = (resources.files("forklift.plan") / "data" / "claims.yaml").read_text()
-    loaded: dict[str, dict[str, Any]] = yaml.safe_load(text) or {}
+    loaded: dict[str, dict[str, Any]] = load_data(text) or {}
     return loaded

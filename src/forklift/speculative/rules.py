@@ -13,13 +13,12 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from forklift.errors import SpeculativeConfigError
 from forklift.recipe.schema import Recipe
 from forklift.speculative import versions
 from forklift.speculative.render import config_dict
 from forklift.speculative.shape import ModelShape
+from forklift.yamlio import load_data
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ class Facts:
 @cache
 def rule_table() -> list[dict[str, Any]]:
     text = (resources.files("forklift.speculative") / "data" / "rules.yaml").read_text()
-    loaded: list[dict[str, Any]] = yaml.safe_load(text)
+    loaded: list[dict[str, Any]] = load_data(text)
     return loaded
 
 

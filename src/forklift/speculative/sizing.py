@@ -14,10 +14,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from forklift.recipe.speculative import DRAFTED_METHODS, SpeculativeConfig
 from forklift.speculative.shape import ModelShape
+from forklift.yamlio import load_data
 
 _OWN_DRAFT = ("draft_model", "eagle", "eagle3", "dflash", "medusa")
 """Methods whose draft is a separate checkpoint (``model``); mtp and dspark default to the target's."""
@@ -156,7 +155,7 @@ def budget(spec: SpeculativeConfig, *, max_num_seqs: int, max_num_batched_tokens
 @cache
 def acceptance_table() -> dict[str, dict[str, Any]]:
     text = (resources.files("forklift.speculative") / "data" / "acceptance.yaml").read_text()
-    loaded: dict[str, dict[str, Any]] = yaml.safe_load(text) or {}
+    loaded: dict[str, dict[str, Any]] = load_data(text) or {}
     return loaded
 
 

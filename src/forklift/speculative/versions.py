@@ -9,7 +9,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
-import yaml
+from forklift.yamlio import load_data
 
 Section = Literal["methods", "aliases", "keys"]
 _NUM = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
@@ -26,7 +26,7 @@ def key(text: str) -> tuple[int, int, int]:
 @cache
 def data() -> dict[str, Any]:
     text = (resources.files("forklift.speculative") / "data" / "versions.yaml").read_text()
-    loaded: dict[str, Any] = yaml.safe_load(text)
+    loaded: dict[str, Any] = load_data(text)
     return loaded
 
 
