@@ -6,6 +6,7 @@ import time
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from forklift import record as records
 from forklift.canary import DEFAULT_THRESHOLD
@@ -34,9 +35,9 @@ def _show(out: canary_flow.Outcome) -> None:
         console.print(f"patches against {out.patch_check.against}: " +
                       ("ok" if not bad else ", ".join(f"{r['id']} {r['status']}" for r in bad)), highlight=False)
     if out.startup:
-        console.print(f"[bold red]start failed[/]: {out.startup['message']}", highlight=False)
+        console.print(f"[bold red]start failed[/]: {escape(str(out.startup['message']))}", highlight=False)
         if out.startup.get("doctor"):
-            console.print(f"[bold]doctor[/]: {out.startup['doctor']}", highlight=False)
+            console.print(f"[bold]doctor[/]: {escape(str(out.startup['doctor']))}", highlight=False)
     for c in (out.checks, out.bench):
         if c is not None:
             wide().print(comparison_table(c))

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from forklift.errors import ForkliftError
 
@@ -42,7 +43,7 @@ def print_json(data: Any) -> None:
 
 
 def render_error(exc: ForkliftError) -> None:
-    err_console.print(f"[bold red]{type(exc).__name__}[/]: {exc.message}", highlight=False, markup=True,
+    err_console.print(f"[bold red]{type(exc).__name__}[/]: {escape(exc.message)}", highlight=False, markup=True,
                       soft_wrap=True)
     tail = getattr(exc, "log_tail", None)
     if tail:
@@ -50,7 +51,7 @@ def render_error(exc: ForkliftError) -> None:
         for line in tail:
             err_console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     if exc.fix:
-        err_console.print(f"[bold]fix[/]: {exc.fix}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold]fix[/]: {escape(exc.fix)}", highlight=False, soft_wrap=True)
 
 
 def fail(exc: ForkliftError) -> typer.Exit:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from forklift.cli.common import JsonOpt, SetOpt, console, print_json
 from forklift.cli.model import NodeSshOpt
@@ -21,7 +22,7 @@ def print_report(report: ImageReport) -> None:
     console.print(f"{report.image} = {report.digest} (from {report.source})", highlight=False)
     for n in report.nodes:
         if n.error:
-            line = f"[red]failed[/]: {n.error}"
+            line = f"[red]failed[/]: {escape(n.error)}"
         elif n.method in ("source", "skip", "plan"):
             line = {"source": "source", "skip": "already has it", "plan": f"would load it (has {n.before or 'none'})"
                     }[n.method]
@@ -39,8 +40,9 @@ def sync_cmd(
     set_: SetOpt = None,
     from_: Annotated[str | None, typer.Option("--from", help="Copy from this node (host) or 'local'; default: the "
                                               "first node that has it, else this machine.")] = None,
-    registry: Annotated[str | None, typer.Option("--registry", help="Go through this registry (HOST[:PORT][/PATH]): "
-                                                 "one push from the source, a pull on each node.")] = None,
+    registry: Annotated[str | None, typer.Option("--registry", help="Go through this registry "
+                                                 "(HOST\\[:PORT]\\[/PATH]): one push from the source, a pull on each "
+                                                 "node.")] = None,
     node_ssh_config: NodeSshOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say which nodes would get it.")] = False,
     json_out: JsonOpt = False,

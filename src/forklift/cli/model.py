@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from forklift.cli.common import JsonOpt, RecipeArg, SetOpt, console, print_json
@@ -74,7 +75,7 @@ def print_sync(report: SyncReport, *, dry_run: bool) -> None:
     for x in report.nodes:
         what = f"{len(x.files)} files, {_mb(x.bytes)} needed"
         if x.error:
-            done = f"[red]failed[/]: {x.error}"
+            done = f"[red]failed[/]: {escape(x.error)}"
         elif x.method in ("skip", "source"):
             done = x.note
         elif dry_run:
@@ -119,7 +120,8 @@ def print_pull(report: PullReport, *, dry_run: bool) -> None:
     for n in report.nodes:
         head = f"{n.host:14} {n.dest} ({n.layout}): {len(n.files)} files, {_mb(n.bytes)}"
         if dry_run or n.error:
-            console.print(f"{head} [dry run]" if dry_run else f"{head}; [red]failed[/]: {n.error}", highlight=False)
+            tail = " \\[dry run]" if dry_run else f"; [red]failed[/]: {escape(n.error or '')}"
+            console.print(escape(head) + tail, highlight=False)
             continue
         got = f"from {n.via}" if n.via else f"downloaded {_mb(n.downloaded)}" + (
             f" in {n.seconds:.1f} s{_speed(n.mb_s)}" if n.seconds else "")

@@ -24,7 +24,9 @@ def read_from(runner: Runner, path: str, offset: int, *, timeout: float = 30) ->
     res = runner.run(["tail", "-c", f"+{offset + 1}", path], timeout=timeout)
     if res.returncode != 0 or not res.stdout:
         return [], offset
-    data = res.stdout.encode("utf-8", "surrogateescape")
+    # Runners decode with errors="replace": exact for UTF-8 logs (a character cut at the end lies after the last
+    # newline); a byte that is not UTF-8 reads as U+FFFD and moves the offset by two bytes, never a crash.
+    data = res.stdout.encode("utf-8")
     cut = data.rfind(b"\n") + 1
     if cut == 0:
         return [], offset

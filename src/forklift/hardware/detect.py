@@ -86,7 +86,7 @@ def _nvidia_gpus() -> list[Gpu]:
     try:
         done = subprocess.run(  # noqa: S603 (fixed argv, absolute path from which)
             [exe, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10, check=False,
+            capture_output=True, text=True, errors="replace", timeout=10, check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return []

@@ -43,7 +43,7 @@ def run(argv: list[str], timeout: float = 10) -> dict[str, Any]:
     if shutil.which(argv[0]) is None:
         return {"rc": 127, "out": "", "err": f"{argv[0]}: not installed"}
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)  # noqa: S603
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout, check=False)  # noqa: S603
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"rc": 124, "out": "", "err": str(exc)}
     return {"rc": proc.returncode, "out": proc.stdout, "err": proc.stderr[-2000:]}

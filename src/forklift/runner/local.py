@@ -31,6 +31,8 @@ class LocalRunner:
                 list(argv),
                 capture_output=True,
                 text=True,
+                encoding="utf-8",
+                errors="replace",  # a log cut inside a character, or any non-UTF-8 byte, is text, not a crash
                 timeout=timeout,
                 env=full_env,
                 input=input,

@@ -133,7 +133,8 @@ class SshRunner:
         limit = timeout if timeout is not None else self.default_timeout
         try:
             proc = subprocess.run(  # noqa: S603 - argv list; remote command joined once with shlex
-                full, capture_output=True, text=True, timeout=limit, input=input, check=False,
+                full, capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=limit, input=input,
+                check=False,
                 stdin=None if input is not None else subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired as exc:

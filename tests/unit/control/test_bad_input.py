@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+import typer.main as typer_main
+from typer.testing import CliRunner
 
 from forklift import recipe as recipes
 from forklift.errors import PlanError, RecipeError
@@ -101,3 +103,36 @@ def test_a_cluster_file_plans_like_the_same_nodes_inline(tmp_path: Path) -> None
     assert isinstance(via_file, Plan) and via_file.deployment.cluster_file == str(cluster)
     assert via_file.to_json() | {"recipe": None} == via_inline.to_json() | {"recipe": None}
     assert via_file.kv_tokens == via_inline.kv_tokens and via_file.platform == "cuda"
+
+
+def _command_paths() -> list[list[str]]:
+    from forklift.cli.main import COMMANDS, app
+
+    group = typer_main.get_command(app)
+    ctx = group.make_context("forklift", [], resilient_parsing=True)
+    paths: list[list[str]] = []
+    for name in COMMANDS:
+        cmd = group.get_command(ctx, name)
+        paths.append([name])
+        if hasattr(cmd, "list_commands"):  # a group (typer ships its own click)
+            paths += [[name, sub] for sub in cmd.list_commands(ctx)]
+    return paths
+
+
+def test_every_command_and_subcommand_prints_its_help() -> None:
+    runner = CliRunner()
+    from forklift.cli.main import app
+
+    paths = _command_paths()
+    assert len(paths) > len(set(p[0] for p in paths))  # subcommands were found too
+    for path in paths:
+        res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "120"})
+        assert res.exit_code == 0 and res.exception is None, (path, res.output[-2000:], res.exception)
+        assert "Usage" in res.output, path
+
+
+def test_brackets_in_a_user_value_are_printed_not_parsed_as_markup(tmp_path: Path) -> None:
+    for args in (["doctor", "[/x]"], ["compare", "[/x]", "[bold]b"]):
+        res = forklift(*args, home=tmp_path)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert "[/x]" in res.stderr
