@@ -191,6 +191,9 @@ def _send(method: str, source: Site, target: Site, names: list[str], ref: Listin
     job = start_rsync(source, target, names, node_ssh_config=opts.node_ssh_config, bwlimit_mb=opts.bwlimit_mb)
     try:
         _wait_rsync(job, target, base, sum(ref.sizes[f] for f in names), opts, cancel)
+    except BaseException:
+        jobs.stop_quietly(job)
+        raise
     finally:
         jobs.remove(job)
     return job.duration if job.duration is not None else time.monotonic() - t0

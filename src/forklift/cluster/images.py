@@ -136,6 +136,9 @@ def _node_to_node(src: Holder, dst: Holder, image: str, total: int, node_ssh_con
             tail = " | ".join(job.text[-3:])[-300:]
             raise TransferError(f"{dst.host}: docker save | ssh {addr} docker load from {src.host} exited "
                                 f"{job.exit_code}: {tail}", host=dst.host)
+    except BaseException:
+        jobs.stop_quietly(job)
+        raise
     finally:
         jobs.remove(job)
     return moved, job.duration

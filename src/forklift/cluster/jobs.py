@@ -8,6 +8,7 @@ a secret (the Hub token) reaches the process through ``Runner.spawn``'s ``secret
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 from collections.abc import Mapping, Sequence
@@ -110,6 +111,15 @@ def running(job: Job) -> bool:
 def stop(job: Job, *, grace_s: float = 5.0) -> None:
     """SIGTERM the job's session (by its recorded id), SIGKILL after the grace."""
     procs.stop_group(job.runner, job.pid, grace_s=grace_s)
+
+
+def stop_quietly(job: Job) -> None:
+    """``stop`` for a job still running when its watcher fails or is interrupted: a detached copy must not outlive
+    the forklift that started it. A failure to stop (the host went away) leaves the original error to be seen."""
+    if job.exit_code is not None:
+        return
+    with contextlib.suppress(Exception):  # the caller re-raises the error that brought us here
+        stop(job)
 
 
 def remove(job: Job) -> None:
