@@ -195,30 +195,45 @@ def pipe(src_runner: Runner, src_argv: Sequence[str], dst_runner: Runner, dst_ar
          what: str = "") -> int:
     """src_argv's stdout into dst_argv's stdin through this machine; the bytes moved. Raises TransferError
     naming the side that failed."""
-    moved = 0
     src = subprocess.Popen(stream_argv(src_runner, src_argv), stdout=subprocess.PIPE,  # noqa: S603 - argv lists
                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     dst = subprocess.Popen(stream_argv(dst_runner, dst_argv), stdin=subprocess.PIPE,  # noqa: S603
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    moved, broken = 0, False
     try:
         moved = _pump(src, dst, on_bytes, bwlimit_mb, cancel)
     except BrokenPipeError:
-        moved = -1
-    finally:
-        if cancel.is_set() or moved < 0:
-            src.kill()  # never drain the rest of a large stream into memory
-        assert dst.stdin is not None
-        with contextlib.suppress(BrokenPipeError):
-            dst.stdin.close()
-        dst.stdin = None  # closed here: communicate() must not flush it again
+        broken = True  # the writing side went away: its stderr says why
+    except BaseException:
+        _kill(src, dst)
+        raise
+    if cancel.is_set() or broken:
+        src.kill()  # never drain the rest of a large stream into memory
+    assert dst.stdin is not None
+    with contextlib.suppress(BrokenPipeError):
+        dst.stdin.close()
+    dst.stdin = None  # closed here: communicate() must not flush it again
+    try:
         _, src_err = src.communicate(timeout=600)
         _, dst_err = dst.communicate(timeout=600)
+    except subprocess.TimeoutExpired as exc:
+        _kill(src, dst)
+        raise TransferError(f"{dst_runner.host}: {what} did not finish within 600 s after the data",
+                            host=dst_runner.host, fix="Check that both hosts answer over ssh.") from exc
     if cancel.is_set():
         raise TransferError(f"{dst_runner.host}: {what} interrupted", host=dst_runner.host)
-    for side, proc, err in (("reading on " + src_runner.host, src, src_err), ("writing on " + dst_runner.host, dst,
-                                                                               dst_err)):
-        if proc.returncode != 0 or moved < 0:
+    sides = [("reading on " + src_runner.host, src, src_err), ("writing on " + dst_runner.host, dst, dst_err)]
+    for side, proc, err in (sides[::-1] if broken else sides):
+        if proc.returncode != 0 or broken:
             tail = err.decode(errors="replace").strip()[-300:]
             raise TransferError(f"{dst_runner.host}: {what} failed {side} (exit {proc.returncode}): {tail}",
                                 host=dst_runner.host, fix="Check disk space and that both hosts answer over ssh.")
     return moved
+
+
+def _kill(*procs: subprocess.Popen[bytes]) -> None:
+    for proc in procs:
+        proc.kill()
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.communicate(timeout=30)
