@@ -289,8 +289,10 @@ def run(name: str, opts: Options, *, ops: Ops | None = None, on_event: EventFn =
                 f"{r['id']} ({r['status']})" for r in out.patch_check.broken)
             _write(out, t0)
             return out
-    _try(base, baseline, plan, ops, opts, out, on_event)
-    _write(out, t0)
+    try:
+        _try(base, baseline, plan, ops, opts, out, on_event)
+    finally:
+        _write(out, t0)  # canary.json also when it was interrupted or failed
     return out
 
 
@@ -298,19 +300,20 @@ def _try(base: RunRecord, baseline: Baseline, plan: Plan | Unplanned, ops: Ops, 
          on_event: EventFn) -> None:
     cand_name = f"{base.name}-canary" if opts.beside else base.name
     out.candidate_name = cand_name
-    if not opts.beside:
-        on_event("down", f"stopping the baseline {base.name}")
-        ops.down(base)
     cand: RunRecord | None = None
     try:
+        if not opts.beside:
+            on_event("down", f"stopping the baseline {base.name}")
+            ops.down(base)  # a baseline that will not stop is restored below, and the canary says so
         on_event("up", f"starting the candidate as {cand_name}")
         cand = _start(plan, cand_name, ops, opts, out)
         if cand is not None:
             out.candidate_pins = cand.pins.model_dump()
             (out.folder / "candidate-record.json").write_text(cand.model_dump_json(indent=2))
             _measure(cand, baseline, ops, opts, out, on_event)
-    except BaseException:
-        out.verdict, out.reason = "broken", out.reason or "the canary was interrupted"
+    except BaseException as exc:
+        why = f"{type(exc).__name__}: {exc.message}" if isinstance(exc, ForkliftError) else "the canary was interrupted"
+        out.verdict, out.reason = "broken", out.reason or why
         _finish(cand, base, ops, Options(sets=opts.sets), out, on_event)
         raise
     _finish(cand, base, ops, opts, out, on_event)

@@ -12,7 +12,7 @@ import pytest
 
 from forklift.canary import flow, store
 from forklift.canary.candidate import PatchCheck
-from forklift.errors import BenchError, CanaryError, EngineStartupError
+from forklift.errors import BenchError, CanaryError, EngineStartupError, RunError
 from forklift.launch.render import render
 from forklift.plan import Plan, Unplanned, for_launch
 from forklift.recipe import Recipe, resolve
@@ -24,8 +24,10 @@ PASSING = {"endpoint": "pass", "completion": "pass", "streaming": "pass"}
 
 class FakeOps:
     def __init__(self, base_seqs: int | None, *, dilation: float = 1.0, cand_checks: dict[str, str] | None = None,
-                 fail_start: bool = False, patches: PatchCheck | None = None, bench_error: bool = False) -> None:
+                 fail_start: bool = False, patches: PatchCheck | None = None, bench_error: bool = False,
+                 stuck_base: bool = False) -> None:
         self.bench_error = bench_error
+        self.stuck_base = stuck_base
         self.base_seqs = base_seqs
         self.dilation = dilation
         self.cand_checks = cand_checks or PASSING
@@ -46,6 +48,9 @@ class FakeOps:
 
     def down(self, record: RunRecord) -> None:
         self.calls.append(("down", record.name))
+        if self.stuck_base and self._is_base(record):
+            self.stuck_base = False
+            raise RunError("base: pid 4242 survived SIGKILL", fix="reboot the node")
         record.status = "stopped"
         record.save()
 
@@ -201,3 +206,14 @@ def test_a_candidate_the_workload_cannot_run_on_is_broken_and_the_baseline_resto
     out = flow.run("base", flow.Options(sets=("serve.max_num_seqs=2",)), ops=ops)
     assert out.verdict == "broken" and "BenchError: input 64 + output 32" in out.reason
     assert ops.calls[-2:] == [("up", "base"), ("check", "base")] and out.restored is not None
+
+
+def test_a_baseline_that_will_not_stop_is_broken_restored_and_written(baseline: RunRecord) -> None:
+    ops = FakeOps(4, stuck_base=True)
+    _measured(ops, baseline)
+    with pytest.raises(RunError, match="survived SIGKILL"):
+        flow.run("base", flow.Options(sets=("serve.max_num_seqs=1",)), ops=ops)
+    assert ops.calls[0] == ("down", "base") and ("up", "base") in ops.calls[1:]  # restore was tried
+    (folder,) = store.canaries_dir("base").iterdir()
+    saved = json.loads((folder / "canary.json").read_text())
+    assert saved["verdict"] == "broken" and "survived SIGKILL" in saved["reason"]
