@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from forklift.errors import ForkliftError
 from forklift.record import RankState, RunRecord
@@ -73,29 +74,42 @@ def meminfo(text: str) -> tuple[int, int] | None:
     return None
 
 
+_DMESG_ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)[,.]\d+([+-]\d\d:?\d\d)")
 _DMESG_TIME = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]")
 
 
+def _line_time(line: str) -> float | None:
+    """Epoch seconds of a ``dmesg --time-format=iso`` line (its own UTC offset), or of a ``dmesg -T`` line (read in
+    this machine's zone: only right when the node shares it, which is why forklift asks for ISO)."""
+    m = _DMESG_ISO.match(line)
+    if m:
+        offset = m.group(2) if ":" in m.group(2) else f"{m.group(2)[:3]}:{m.group(2)[3:]}"
+        return datetime.fromisoformat(m.group(1) + offset).timestamp()
+    m = _DMESG_TIME.match(line)
+    if m:
+        try:
+            return time.mktime(time.strptime(m.group(1).replace("  ", " "), "%a %b %d %H:%M:%S %Y"))
+        except ValueError:
+            return None
+    return None
+
+
 def since_filter(lines: list[str], since: float | None) -> list[str]:
-    """dmesg -T lines from ``since`` (epoch seconds) on; lines without a readable time are kept."""
+    """Kernel lines from ``since`` (epoch seconds) on; lines without a readable time are kept."""
     if since is None:
         return lines
     out = []
     for line in lines:
-        m = _DMESG_TIME.match(line)
-        if m:
-            try:
-                if time.mktime(time.strptime(m.group(1).replace("  ", " "), "%a %b %d %H:%M:%S %Y")) < since:
-                    continue
-            except ValueError:
-                pass
+        at = _line_time(line)
+        if at is not None and at < since:
+            continue
         out.append(line)
     return out
 
 
 def _kernel_log(runner: Runner, host: str, since: float | None) -> Piece | None:
     """The node's kernel messages since the run started (an old OOM kill is not this run's cause)."""
-    res = runner.run(["dmesg", "-T"], timeout=TIMEOUT_S)
+    res = runner.run(["dmesg", "--time-format=iso"], timeout=TIMEOUT_S)  # times with the node's own UTC offset
     label = "dmesg"
     lines = since_filter(res.stdout.splitlines(), since) if res.returncode == 0 else []
     if res.returncode != 0 or not res.stdout.strip():

@@ -29,7 +29,8 @@ def _record() -> Any:
 def _node(host: str, log: str) -> FakeRunner:
     r = FakeRunner(host=host)
     r.on(["cat", "/proc/meminfo"], stdout=MEMINFO)
-    r.on(["dmesg", "-T"], stdout="[Mon Nov 30 10:00:00 2026] Out of memory: Killed process 311 (python3)\n")
+    r.on(["dmesg", "--time-format=iso"],
+         stdout="2026-11-30T10:00:00,000000+00:00 Out of memory: Killed process 311 (python3)\n")
     r.on(["sh", "-c"], stdout="==> /tmp/ray/session_latest/logs/raylet.err <==\nraylet died\n")
     r.on(["tail", "-c"], stdout=log)
     return r
@@ -48,7 +49,8 @@ def test_collects_every_rank_log_and_every_nodes_kernel_ray_and_memory() -> None
 
 def test_journal_is_read_where_dmesg_is_refused() -> None:
     a = FakeRunner(host="node-a")
-    a.on(["dmesg", "-T"], stderr="dmesg: read kernel buffer failed: Operation not permitted", returncode=1)
+    a.on(["dmesg", "--time-format=iso"], stderr="dmesg: read kernel buffer failed: Operation not permitted",
+         returncode=1)
     a.on(["journalctl", "-k"], stdout="kernel: NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.\n")
     got = collect(_record(), {0: a, 1: _node("node-b", "")})
     kernel = [p for p in got.pieces if p.host == "node-a" and p.label == "journalctl -k"]
@@ -84,6 +86,19 @@ def test_kernel_lines_from_before_the_run_are_left_out() -> None:
     since = time.mktime(time.strptime("Mon Nov 30 11:00:00 2026", "%a %b %d %H:%M:%S %Y"))
     assert since_filter(lines, since) == lines[1:]
     assert since_filter(lines, None) == lines
+
+
+def test_iso_kernel_times_carry_the_nodes_own_offset() -> None:
+    from datetime import datetime
+
+    from forklift.cluster.collect import since_filter
+
+    since = datetime.fromisoformat("2026-11-30T11:00:00+00:00").timestamp()
+    lines = ["2026-11-30T11:30:00,000001+02:00 Out of memory: Killed process 1 (09:30 UTC: before the run)",
+             "2026-11-30T06:30:00,5+00:00 not this either",
+             "2026-11-30T07:30:00,123456-04:00 Out of memory: Killed process 2 (11:30 UTC: this run)",
+             "2026-11-30T11:00:01,000000+0000 NVRM: Xid 79 (this run)"]
+    assert since_filter(lines, since) == lines[2:]
 
 
 def test_a_dead_rank_of_a_running_run_is_named_and_diagnosed() -> None:
