@@ -5,6 +5,7 @@ per node pair, in rounds of disjoint pairs. Servers started for a test are stopp
 from __future__ import annotations
 
 import json
+import secrets
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,7 +43,8 @@ def ports_to_test(recipe: Recipe) -> list[PortSpec]:
     return out
 
 
-LISTEN_LOG = "/tmp/forklift-net-listen-{port}.log"
+LISTEN_LOG = "/tmp/forklift-net-listen-{port}-{token}.log"
+"""A fresh name per probe (two checks at once must not share a log; a planted file is never the one written)."""
 LISTEN_SAFETY_S = 60
 """The listener exits by itself after this long even if forklift could not stop it."""
 
@@ -50,7 +52,7 @@ LISTEN_SAFETY_S = 60
 def _start_listener(runner: Runner, python: str, head_ip: str, free: Sequence[PortSpec]) -> tuple[int, str]:
     """Spawn the gather program's listener on the head; returns (pid, log path). Its first log line says which
     ip:port it bound."""
-    log = LISTEN_LOG.format(port=free[0].port)
+    log = LISTEN_LOG.format(port=free[0].port, token=secrets.token_hex(6))
     args = {"listen": [[head_ip, s.port] for s in free], "listen_s": LISTEN_SAFETY_S, "expect": 1 << 30}
     spawned = runner.spawn([python, "-c", program_source(), json.dumps(args)], log_path=log)
     return spawned.pid, log
@@ -161,7 +163,7 @@ def iperf3(runners: Mapping[int, Runner], hosts: Sequence[str], a: int, b: int, 
                          lambda t: "connection refused" not in t.lower() and "unable to connect" not in t.lower())
 
     text = _serve_and_run(runners[b], ["iperf3", "-s", "-1", "-p", str(port), "-B", ip], client,
-                          f"/tmp/forklift-net-iperf3-{port}.log")
+                          f"/tmp/forklift-net-iperf3-{port}-{secrets.token_hex(6)}.log")
     got = parse.iperf3(text[: text.rfind("}") + 1] if "}" in text else text)
     return Bandwidth(hosts[a], hosts[b], ip, "iperf3", gbit=got.get("gbit"), seconds=got.get("seconds"),
                      streams=int(got.get("streams") or IPERF_STREAMS), retransmits=got.get("retransmits"),
@@ -179,7 +181,8 @@ def ib_write_bw(runners: Mapping[int, Runner], hosts: Sequence[str], a: int, b: 
     def client() -> str:
         return _retrying(runners[a], client_argv, IB_SECONDS + 20, lambda t: "BW average" in t)
 
-    text = _serve_and_run(runners[b], server_argv, client, f"/tmp/forklift-net-ibwb-{port}.log")
+    log = f"/tmp/forklift-net-ibwb-{port}-{secrets.token_hex(6)}.log"
+    text = _serve_and_run(runners[b], server_argv, client, log)
     got = parse.ib_write_bw(text)
     error = None if got.get("gbit") is not None else (text.strip().splitlines() or ["no output"])[-1][:200]
     return Bandwidth(hosts[a], hosts[b], ip, "ib_write_bw", gbit=got.get("gbit"), seconds=float(IB_SECONDS),
