@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -130,9 +129,10 @@ def bench_cmd(
 
     config = BenchConfig.from_flags({opt.path: flags.get(opt.dest) for opt in options(BenchConfig)})
     target = _target(name, url, model, tokenizer)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = out or (records.run_dir(target.run_name) / "bench" / stamp if target.run_name
-                      else Path.cwd() / "bench-results" / stamp)
+    from forklift.canary.store import fresh
+
+    out_dir = out or fresh(records.run_dir(target.run_name) / "bench" if target.run_name
+                           else Path.cwd() / "bench-results")  # two benches in one second get two folders
     result = _progress(config, target, json_out)
     written = bench.write_report(result, out_dir)
     comparison = _spec_baseline(spec_baseline, config, result, out_dir, json_out) if spec_baseline else None
