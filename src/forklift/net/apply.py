@@ -137,7 +137,8 @@ def plan(target: Target, derived: Mapping[str, NodeSettings], *, gid_index: bool
     y = _yaml(before)
     doc = y.load(before) or CommentedMap()
     if not isinstance(doc, CommentedMap):
-        raise RecipeError(f"{path}: not a YAML mapping", source=str(path))
+        raise RecipeError(f"{path}: not a YAML mapping", source=str(path),
+                          fix="A recipe or cluster file is a mapping of keys (`forklift recipe show default`).")
     _edit(doc, target, _wanted(derived, [n.host for n in target.recipe.nodes], gid_index))
     out = io.StringIO()
     y.dump(doc, out)

@@ -107,14 +107,19 @@ def _resolve_raw(ref: str, relative_to: Path | None, seen: list[str]) -> tuple[s
         raise RecipeError(f"{display}: `extends` loops: {' -> '.join([*seen, display])}", source=display,
                           fix="Remove the cycle from the extends chain.")
     if len(seen) >= _MAX_EXTENDS_DEPTH:
-        raise RecipeError(f"{display}: extends chain deeper than {_MAX_EXTENDS_DEPTH}", source=display)
+        raise RecipeError(f"{display}: extends chain deeper than {_MAX_EXTENDS_DEPTH}", source=display,
+                          fix="Flatten the chain: extend a recipe that does not itself extend several others.")
     data = _parse_yaml(display, text)
     parent = data.get("extends")
     if parent is None:
         return display, data
-    if not isinstance(parent, str):
-        raise RecipeError(f"{display}: extends: must be a recipe name or path", source=display)
-    _, base = _resolve_raw(parent, Path(folder) if folder else relative_to, [*seen, display])
+    if not isinstance(parent, str) or not parent.strip():
+        raise RecipeError(f"{display}: extends: must be a recipe name or path, not {parent!r}", source=display,
+                          fix="Write `extends: NAME` with a bundled recipe (`forklift recipe list`) or a YAML path.")
+    try:
+        _, base = _resolve_raw(parent, Path(folder) if folder else relative_to, [*seen, display])
+    except RecipeNotFoundError as exc:
+        raise RecipeNotFoundError(f"{display}: extends: {exc.message}", source=display, fix=exc.fix) from None
     base.pop("name", None)
     merged = deep_merge(base, data)
     return display, merged
@@ -263,7 +268,8 @@ def validate(data: Mapping[str, Any], display: str = "<recipe>", *, overrides: S
     except ValidationError as exc:
         raise format_validation_error(display, exc, overrides) from None
     except RecursionError:
-        raise RecipeError(f"{display}: nested too deeply to be a recipe", source=display) from None
+        raise RecipeError(f"{display}: nested too deeply to be a recipe", source=display,
+                          fix="A recipe is a few levels of keys: see `forklift recipe show default`.") from None
 
 
 def load_raw(ref: str | None = None, overrides: Sequence[str] = ()) -> tuple[str, dict[str, Any]]:

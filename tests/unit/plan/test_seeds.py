@@ -58,13 +58,18 @@ def test_seed002_weights_split_and_roofline_notes() -> None:
     assert plan.suggested_pp_partition is not None and sum(plan.suggested_pp_partition) == 78
 
 
-def test_dcp4_recipe_reports_vllm_error_with_largest_len() -> None:
-    plan = make(recipes.load("glm-5.2-4x-spark-dcp4"))
-    assert plan.dcp == 4
-    if not plan.fits:  # under vLLM 0.26's rules (the seed ran a dev build): vLLM's own wording, either form
-        assert plan.error is not None
-        pool = min(r.kv_pool_gib for r in plan.ranks)
-        if pool > 0:
-            assert str(plan.largest_max_model_len) in plan.error and plan.advice
-        else:
-            assert plan.error.startswith("No available memory for the cache blocks") and f"{pool:.2f}" in plan.error
+def test_dcp4_recipe_reports_vllms_no_memory_error_under_0_26_rules() -> None:
+    plan = make(recipes.load("glm-5.2-4x-spark-dcp4"))  # the seed ran a dev build; 0.26's rules leave no pool
+    assert plan.dcp == 4 and not plan.fits and plan.error is not None
+    pool = min(r.kv_pool_gib for r in plan.ranks)
+    assert pool < 0
+    assert plan.error.startswith("No available memory for the cache blocks") and f"{pool:.2f}" in plan.error
+
+
+def test_a_context_above_the_pool_gets_vllms_error_with_the_largest_length() -> None:
+    plan = make(recipes.resolve("glm-4.7-nvfp4-2x-spark", ["serve.max_model_len=200000"]).recipe)
+    assert not plan.fits and plan.error is not None and plan.advice
+    assert min(r.kv_pool_gib for r in plan.ranks) > 0
+    assert plan.largest_max_model_len is not None and plan.largest_max_model_len < 200_000
+    assert "max seq len (200000)" in plan.error
+    assert f"estimated maximum model length is {plan.largest_max_model_len}" in plan.error
