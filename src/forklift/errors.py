@@ -54,6 +54,12 @@ class HubError(ModelError):
     """The Hugging Face Hub (or HF_ENDPOINT's mirror) refused a request or could not be read."""
 
 
+class HubIdError(HubError):
+    """What was typed is not a Hugging Face id (ORG/NAME[@REVISION]): a usage error."""
+
+    exit_code = 2
+
+
 class TransferError(ForkliftError):
     """Copying weights or an image to a node failed, or what arrived does not match its source."""
 

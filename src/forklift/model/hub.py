@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from forklift import paths
-from forklift.errors import HubError
+from forklift.errors import HubError, HubIdError
 
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 
@@ -59,7 +59,7 @@ def parse_ref(ref: str) -> tuple[str, str | None]:
     """``org/name[@revision]`` -> (repo id, revision or None)."""
     repo, _, rev = ref.partition("@")
     if repo.count("/") != 1 or not all(repo.split("/")) or repo.startswith((".", "/", "~")):
-        raise HubError(f"'{ref}' is not a Hugging Face id", fix="Use ORG/NAME or ORG/NAME@REVISION, e.g. "
+        raise HubIdError(f"'{ref}' is not a Hugging Face id", fix="Use ORG/NAME or ORG/NAME@REVISION, e.g. "
                        "zai-org/GLM-4.7@main.")
     return repo, rev or None
 
