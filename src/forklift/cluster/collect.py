@@ -202,4 +202,8 @@ def collect(record: RunRecord, runners: Mapping[int, Runner], *, kernel: bool = 
     logs = fan_out(((k, r) for k, r in enumerate(reachable)), lambda r: _rank_log(runners[r.node], r, status))
     for k in sorted(logs.results):
         out.pieces.extend(logs.results[k])
+    for k, exc in sorted(logs.errors.items()):  # a log that could not be read is said, not dropped
+        rank = reachable[k]
+        out.pieces.append(Piece(rank.host, f"rank {rank.rank} log", f"forklift: could not read {rank.log_path} on "
+                                f"{rank.host}: {exc}", rank.log_path))
     return out

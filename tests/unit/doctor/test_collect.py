@@ -125,3 +125,15 @@ def test_a_dead_rank_of_a_running_run_is_named_and_diagnosed() -> None:
     got = collect(record, {0: a, 1: oom})
     report = diagnose_sources([Source(p.label, scan_text([p.text]), p.host) for p in got.pieces if p.text.strip()])
     assert report.top is not None and report.top.category == "oom_host_unified_memory"
+
+
+def test_a_rank_log_that_cannot_be_read_is_said_not_dropped() -> None:
+    def lost(_argv: object) -> str:
+        raise RemoteCommandError("node-b: ssh: connection reset", host="node-b", argv=["tail"], returncode=255)
+
+    b = FakeRunner(host="node-b").on(["tail", "-c"], stdout=lost)
+    for rule in _node("node-b", "")._rules:  # the rest of node-b answers
+        b._rules.append(rule)
+    got = collect(_record(), {0: _node("node-a", "INFO rank 0 ok\n"), 1: b})
+    (piece,) = [p for p in got.pieces if p.host == "node-b" and p.label == "rank 1 log"]
+    assert "could not read /runs/r/rank1.log on node-b" in piece.text and "connection reset" in piece.text
