@@ -22,7 +22,9 @@ def test_every_bundled_recipe_plans_and_renders_without_its_weights(name: str, t
     env = {"FORKLIFT_CACHE": str(tmp_path / "cache"), "HF_HOME": str(tmp_path / "hf")}
     plan = forklift("plan", name, "--json", home=tmp_path / "home", env=env)
     assert "Traceback" not in plan.stderr
-    if name != "default":  # the bundled model's config comes from its prepared copy
+    if name == "default":  # the bundled model's config comes from its prepared copy: the fix says how
+        assert plan.returncode == 1 and "forklift model prepare bundled:smollm2-135m-instruct" in plan.stderr
+    else:
         assert plan.returncode in (0, 1), plan.stderr  # 1: a plan that does not fit is a verdict, not a crash
         data = json.loads(plan.stdout)
         assert data["ranks"] and (data["fits"] or data["error"])
