@@ -22,11 +22,13 @@ def _record(container: str) -> RunRecord:
                                       role="ray-head", node_index=0)])
 
 
-def _fake(alive_after_stop: Sequence[int]) -> FakeRunner:
+def _fake(alive_after_stop: Sequence[int], recycled: Sequence[int] = ()) -> FakeRunner:
     state = {"stopped": False}
 
     def stat(argv: Sequence[str]) -> str:
         pid = int(argv[1].split("/")[2])
+        if state["stopped"] and pid in recycled:
+            return STAT.format(pid=pid, start=99999)  # the pid now belongs to a newer, unrelated process
         if state["stopped"] and pid not in alive_after_stop:
             return ""
         return STAT.format(pid=pid, start=1000 + pid)
@@ -50,3 +52,10 @@ def test_a_clean_container_stop_kills_nothing() -> None:
     fake = _fake(alive_after_stop=[])
     report = stop_all(_record("forklift-abc-ray-head0"), {0: fake}, grace_s=5)
     assert fake.ran("kill") == [] and report.killed == []
+
+
+def test_a_pid_reused_by_another_process_after_the_stop_is_left_alone() -> None:
+    fake = _fake(alive_after_stop=[4102], recycled=[4103])
+    report = stop_all(_record("forklift-abc-ray-head0"), {0: fake}, grace_s=5)
+    assert [c.argv[-1] for c in fake.ran("kill", "-KILL")] == ["4102"]  # 4103 started later: not the container's
+    assert len(report.killed) == 1
