@@ -9,7 +9,7 @@
    confident rule wins unless the text says clearly otherwise, and a weak rule (c ~ 0.5) is a tie-breaker.
    Without the statistical layer the rule's confidence is the probability. RULE_WEIGHT and RULE_FLOOR
    were chosen on the training split (out-of-fold classifier probabilities), never on held-out data.
-   With neither a rule nor a line that looks like an error, there is no finding.
+   With neither a rule, a line that reports a failure nor a written report, there is no finding.
 4. Below ``threshold`` the report is ``unsure``: its findings are candidates to verify, not a diagnosis.
 ``benchmarks/doctor_accuracy.py`` reports how well these probabilities are calibrated on held-out data.
 """
