@@ -9,7 +9,7 @@
    confident rule wins unless the text says clearly otherwise, and a weak rule (c ~ 0.5) is a tie-breaker.
    Without the statistical layer the rule's confidence is the probability. RULE_WEIGHT and RULE_FLOOR
    were chosen on the training split (out-of-fold classifier probabilities), never on held-out data.
-   With neither a rule nor a line that looks like an error, there is no finding.
+   With neither a rule, a line that reports a failure nor a written report, there is no finding.
 4. Below ``threshold`` the report is ``unsure``: its findings are candidates to verify, not a diagnosis.
 ``benchmarks/doctor_accuracy.py`` reports how well these probabilities are calibrated on held-out data.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from forklift.doctor.classify import Classifier, load_classifier
 from forklift.doctor.context import Context, phase_of, priors
-from forklift.doctor.features import errorish, failure_line, report_like, window, window_text
+from forklift.doctor.features import failure_line, report_like, window, window_text
 from forklift.doctor.kb import load_categories
 from forklift.doctor.match import MAX_QUOTED, Matcher, default_matcher, rank
 from forklift.doctor.model import Finding, Line, Report, Rule
@@ -84,10 +84,11 @@ def _model_finding(category: str, p: float, evidence: list[Line], classifier: Cl
 
 
 def _failure_evidence(sources: Sequence[Source]) -> bool:
-    """Worth asking the statistical layer: a line reports a failure, or the input is a written report of one."""
+    """Worth asking the statistical layer: a line reports a failure, or the input is a written report (people
+    write prose about failures, and on the training split the classifier names most wordless reports right)."""
     for s in sources:
         texts = s.excerpt.texts()
-        if any(failure_line(t) for t in texts) or (report_like(texts) and any(errorish(t) for t in texts)):
+        if any(failure_line(t) for t in texts) or report_like(texts):
             return True
     return False
 
