@@ -14,6 +14,9 @@ PYTEST_ARGS ?=
 .PHONY: install system-packages fixtures demo test lint typecheck unit integration cluster bench clean
 
 install: $(VENV)/.installed system-packages
+	@# forklift is installed editable, so pip compiled none of its modules, and where PYTHONDONTWRITEBYTECODE is set
+	@# Python never caches them: compile once (only what changed) so each command starts from bytecode.
+	$(PY) -m compileall -q src
 
 # The cluster tests run real sshd (and a Docker daemon) in network namespaces and sync models with rsync; the
 # `forklift net` tests shape links with tc, block a port with nftables and measure with iperf3 (root only).

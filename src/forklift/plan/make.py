@@ -13,7 +13,6 @@ from forklift.errors import ForkliftError, PlanError
 from forklift.hardware.profiles import NetworkProfile
 from forklift.hardware.profiles import network as get_network
 from forklift.model.load import SpecSource, spec_for
-from forklift.patches import recipes as recipe_patches
 from forklift.plan import calibrate, kvspecs, rules
 from forklift.plan.advice import advice, balanced_partition
 from forklift.plan.core import GIB, Core, context, core
@@ -135,7 +134,7 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
     (``plan.decisions.applied`` lists the --set items; the plan's deployment carries them).
     """
     deployment = deployment_of(target)
-    patch_notes = recipe_patches.notes(deployment.recipe)  # forklift-patches: unknown ids refused, overrides noted
+    patch_notes = _patch_notes(deployment.recipe, resolve_only=False)  # unknown ids refused, overrides noted
     # [speculative] refuse what vLLM rejects before the model is read, then the model-dependent rules
     speculative.check(deployment.recipe, vllm_version=vllm_version, default_version=rules.default_version())
     src = source or spec_for(deployment.recipe.model)
@@ -150,12 +149,25 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
     return plan.model_copy(update={"notes": [*plan.notes, *patch_notes]}) if patch_notes else plan
 
 
+def _patch_notes(recipe: Recipe, *, resolve_only: bool) -> list[str]:
+    """The recipe's patches checked against the catalog (RecipeError for an unknown id), and what plan says about
+    them. The patch engine is imported only for a recipe that has patches: a cold ``plan`` need not load it."""
+    if not recipe.patches:
+        return []
+    from forklift.patches import recipes as recipe_patches  # noqa: PLC0415 - see above
+
+    if resolve_only:
+        recipe_patches.resolve(recipe)
+        return []
+    return recipe_patches.notes(recipe)
+
+
 def for_launch(target: Deployment | Recipe, *, vllm_version: str | None = None, force: bool = False,
                apply: bool = False) -> Plan | Unplanned:
     """The plan ``render`` and ``up`` work from. A layout vLLM rejects raises PlanError unless ``force``; a model
     or hardware the planner cannot describe gives ``Unplanned`` (render and up go on without memory figures)."""
     deployment = deployment_of(target)
-    recipe_patches.resolve(deployment.recipe)  # forklift-patches: an unknown patch id fails render and up too
+    _patch_notes(deployment.recipe, resolve_only=True)  # an unknown patch id fails render and up too
     version = vllm_version.split("+")[0] if vllm_version else None
     try:
         return make(deployment, vllm_version=version, apply=apply)
