@@ -87,8 +87,10 @@ def _partials(tmp: Path) -> list[Path]:
 def test_interrupted_pull_stops_its_download_and_resumes_it_without_leaking_the_token(
         tmp_path: Path, slow_hub: Hub) -> None:
     env = _env(tmp_path, slow_hub)
+    # Ctrl-C as a terminal sends it: a shell that started this suite in the background left SIGINT ignored,
+    # which children inherit (and Python then installs no KeyboardInterrupt handler)
     first = subprocess.Popen(_argv("org/tiny", "--json"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+                             text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
     deadline, seen = time.monotonic() + 60, []
     while time.monotonic() < deadline and not any(p.stat().st_size > 300_000 for p in _partials(tmp_path)):
         seen += _cmdlines()
