@@ -22,9 +22,8 @@ def print_checks(results: Sequence[CheckResult], *, title: str | None = None, sh
     columns = (["host"] if with_host else []) + ["item", "status"] + (["s"] if seconds else []) + ["summary", "fix"]
     table = Table(*columns, title=title, title_justify="left")
     for r in results:
-        row = [r.host or ""] if with_host else []
-        row = [escape(x) for x in row] + [escape(r.id), f"[{STYLE[r.status]}]{r.status}[/]"]
-        row += [f"{r.seconds:.1f}"] if seconds else []
+        row = [escape(r.host or "")] if with_host else []
+        row += [escape(r.id), f"[{STYLE[r.status]}]{r.status}[/]"] + ([f"{r.seconds:.1f}"] if seconds else [])
         fix = r.fix or "" if (r.status != "ok" or show_ok_fix) else ""
         table.add_row(*row, escape(r.summary), escape(fix))
     console.print(table)

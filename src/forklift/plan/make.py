@@ -134,7 +134,7 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
     (``plan.decisions.applied`` lists the --set items; the plan's deployment carries them).
     """
     deployment = deployment_of(target)
-    patch_notes = _patch_notes(deployment.recipe, resolve_only=False)  # unknown ids refused, overrides noted
+    patch_notes = _patch_notes(deployment.recipe)  # unknown ids refused, overrides noted
     # [speculative] refuse what vLLM rejects before the model is read, then the model-dependent rules
     speculative.check(deployment.recipe, vllm_version=vllm_version, default_version=rules.default_version())
     src = source or spec_for(deployment.recipe.model)
@@ -149,16 +149,13 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
     return plan.model_copy(update={"notes": [*plan.notes, *patch_notes]}) if patch_notes else plan
 
 
-def _patch_notes(recipe: Recipe, *, resolve_only: bool) -> list[str]:
+def _patch_notes(recipe: Recipe) -> list[str]:
     """The recipe's patches checked against the catalog (RecipeError for an unknown id), and what plan says about
     them. The patch engine is imported only for a recipe that has patches: a cold ``plan`` need not load it."""
     if not recipe.patches:
         return []
     from forklift.patches import recipes as recipe_patches  # noqa: PLC0415 - see above
 
-    if resolve_only:
-        recipe_patches.resolve(recipe)
-        return []
     return recipe_patches.notes(recipe)
 
 
@@ -167,7 +164,7 @@ def for_launch(target: Deployment | Recipe, *, vllm_version: str | None = None, 
     """The plan ``render`` and ``up`` work from. A layout vLLM rejects raises PlanError unless ``force``; a model
     or hardware the planner cannot describe gives ``Unplanned`` (render and up go on without memory figures)."""
     deployment = deployment_of(target)
-    _patch_notes(deployment.recipe, resolve_only=True)  # an unknown patch id fails render and up too
+    _patch_notes(deployment.recipe)  # an unknown patch id fails render and up too
     version = vllm_version.split("+")[0] if vllm_version else None
     try:
         return make(deployment, vllm_version=version, apply=apply)
