@@ -50,13 +50,13 @@ from forklift.doctor.kb import load_categories, load_rules  # noqa: E402
 from forklift.doctor.scan import scan_text  # noqa: E402
 
 OUT = REPO / "src" / "forklift" / "doctor" / "data" / "classifier.json"
-MIN_DF = 2
+MIN_DF = 3
 FOLDS = 5
 GRID_C = (3.0, 10.0)
 GRID_WEIGHT = ("balanced",)
-PRUNE = 0.2
-PRUNE_LEVELS = (0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
-MAX_BYTES = 320 * 1024
+PRUNE = 0.15
+PRUNE_LEVELS = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
+MAX_BYTES = 560 * 1024
 DIGITS = 2
 THRESHOLD = 0.5
 

@@ -9,7 +9,9 @@
    confident rule wins unless the text says clearly otherwise, and a weak rule (c ~ 0.5) is a tie-breaker.
    Without the statistical layer the rule's confidence is the probability. RULE_WEIGHT and RULE_FLOOR
    were chosen on the training split (out-of-fold classifier probabilities), never on held-out data.
-   With neither a rule, a line that reports a failure nor a written report, there is no finding.
+   With neither a rule, a line that reports a failure nor a written report, the classifier still reads the
+   input, and its top category is reported only at probability >= MODEL_ONLY_MIN (chosen on the training split
+   and on the healthy logs of the older corpus: below it, no finding).
 4. Below ``threshold`` the report is ``unsure``: its findings are candidates to verify, not a diagnosis.
 ``benchmarks/doctor_accuracy.py`` reports how well these probabilities are calibrated on held-out data.
 """
@@ -30,9 +32,10 @@ from forklift.errors import DoctorError
 
 DEFAULT_THRESHOLD = 0.5
 CANDIDATES = 3
-RULE_WEIGHT = 6.0
+RULE_WEIGHT = 2.0
 EVIDENCE_LINES = 150
 RULE_FLOOR = 0.1
+MODEL_ONLY_MIN = 0.6
 TAIL = 12
 
 
@@ -174,6 +177,10 @@ def diagnose_sources(sources: Sequence[Source], context: Context | None = None, 
     probs: dict[str, float] = {}
     if classifier is not None and (active or _failure_evidence(sources)):
         probs = _model_distribution(classifier, sources, context, phase)
+    elif classifier is not None and any(s.excerpt.lines for s in sources):
+        probs = _model_distribution(classifier, sources, context, phase)
+        if max(probs.values(), default=0.0) < MODEL_ONLY_MIN:  # no failure line and no clear cause: no finding
+            probs = {}
     findings = _combine(active, probs, classifier if probs else None, sources)
     if findings:
         findings[0] = _apply_patch_context(findings[0], context)

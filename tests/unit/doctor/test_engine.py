@@ -51,7 +51,7 @@ def test_an_unseen_wording_is_named_by_the_statistical_layer_with_evidence() -> 
     report = _report(text, use_model=True)
     assert report.findings and report.findings[0].layer == "model"
     assert report.findings[0].category == "rdma_ib_error"
-    assert report.findings[0].evidence and report.unsure
+    assert report.findings[0].evidence and 0.0 < report.findings[0].confidence <= 1.0
 
 
 def test_low_probability_means_unsure_and_candidates_say_verify_first() -> None:
