@@ -11,11 +11,14 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from forklift import paths
-from forklift.runner.base import Runner
+
+if TYPE_CHECKING:
+    from forklift.runner.base import Runner
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
