@@ -8,14 +8,12 @@ and exit 2, whichever click typer carries.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import Annotated, Any
 
-# pydantic scans every installed distribution's entry points for plugins at its first model (~15 ms of every
-# command's start); forklift uses none.
-os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+from forklift.cli import boot  # noqa: F401  (first: pydantic's plugin switch, before any model is built)
 
+# isort: split
 import typer
 import typer.core
 import typer.main
