@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import Annotated, Any
 
-from forklift.cli import boot  # noqa: F401  (first: pydantic's plugin switch, before any model is built)
+from forklift.cli import boot  # first: pydantic's plugin switch, before any model is built
 
 # isort: split
 import typer
@@ -67,6 +67,7 @@ class LazyGroup(typer.core.TyperGroup):
         importlib.import_module(f"forklift.cli.{entry[0]}").register(holder)
         built = typer.main.get_command(holder)
         found = built.get_command(ctx, cmd_name) if isinstance(built, typer.core.TyperGroup) else built
+        boot.resume_gc()  # the command is loaded: it runs with the collector on
         return _quiet_flags(found)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
@@ -120,6 +121,14 @@ def _usage_error(exc: BaseException) -> bool:
 
 
 def main() -> None:
+    boot.pause_gc()
+    try:
+        _main()
+    finally:
+        boot.end_gc()
+
+
+def _main() -> None:
     debug = "--debug" in sys.argv
     try:
         rc = _quiet_flags(typer.main.get_command(app))(standalone_mode=False)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
+
+import pytest
 
 _RUN = """
 import runpy, sys
@@ -34,3 +37,14 @@ def test_plan_json_imports_nothing_it_does_not_use() -> None:
     assert [m for m in loaded if m.split(".")[0] == "forklift" and m.startswith("forklift.plan.")]
     for name in _NOT_ON_THE_PLAN_PATH:
         assert not [m for m in loaded if m == name or m.startswith(name + ".")], name
+
+
+def test_main_in_process_leaves_the_collector_as_it_found_it(monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from forklift.cli.main import main
+
+    monkeypatch.setattr(sys, "argv", ["forklift", "plan", "glm-4.7-nvfp4-2x-spark", "--json"])
+    with pytest.raises(SystemExit):
+        main()
+    assert json.loads(capsys.readouterr().out)["model"]
+    assert gc.isenabled() and gc.get_freeze_count() == 0
