@@ -79,3 +79,16 @@ def end_gc() -> None:
     if _gc["frozen"]:
         gc.unfreeze()
         _gc["frozen"] = False
+
+
+def _running_the_cli() -> bool:
+    """Whether this process is ``forklift`` itself (the console script or ``python -m forklift.cli.main``), not a
+    program or test that imports the CLI."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return getattr(spec, "name", None) == "forklift.cli.main" or os.path.basename(sys.argv[0]) == "forklift"
+
+
+if _running_the_cli():
+    pause_gc()  # from the first import on; main() would pause it only after typer and rich have loaded
+
