@@ -26,7 +26,7 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 class NodeFacts(BaseModel):
     """One node's measured facts. ``None`` means not measured."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     host: str
     measured_at: float = Field(default_factory=time.time)

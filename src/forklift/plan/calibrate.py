@@ -33,7 +33,7 @@ def __getattr__(name: str) -> Any:
 class Calibration(BaseModel):
     """Stored model-specific terms for one (model, settings) key."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     key: str
     source_log: str
