@@ -22,7 +22,6 @@ print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 
 _NOT_ON_THE_PLAN_PATH = (
     "rich",  # drawing only; --json prints with json.dumps
-    "importlib.metadata",  # pydantic's plugin scan (plugins are off) and the bundled GGUF's lookup
     "forklift.runner",  # node facts are read from files here, never measured
     "forklift.plan.startlog",  # only to calibrate from a log
     "forklift.recipe.cluster_file",  # only for a recipe with cluster:
