@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from forklift.errors import ForkliftError
 
-console = Console()
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    console: Console
+    err_console: Console
+
+
+def __getattr__(name: str) -> Any:
+    """``console`` and ``err_console`` (rich) are made at first use: ``plan --json`` never draws (~30 ms of rich)."""
+    if name not in ("console", "err_console"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from rich.console import Console
+
+    made = globals()[name] = Console(stderr=name == "err_console")
+    return made
+
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON to stdout.")]
 SetOpt = Annotated[
@@ -43,6 +55,9 @@ def print_json(data: Any) -> None:
 
 
 def render_error(exc: ForkliftError) -> None:
+    from rich.markup import escape
+
+    err_console = globals().get("err_console") or __getattr__("err_console")
     err_console.print(f"[bold red]{type(exc).__name__}[/]: {escape(exc.message)}", highlight=False, markup=True,
                       soft_wrap=True)
     tail = getattr(exc, "log_tail", None)

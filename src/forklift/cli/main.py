@@ -8,14 +8,12 @@ and exit 2, whichever click typer carries.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import Annotated, Any
 
-# pydantic scans every installed distribution's entry points for plugins at its first model (~15 ms of every
-# command's start); forklift uses none.
-os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+from forklift.cli import boot  # first: pydantic's plugin switch, before any model is built
 
+# isort: split
 import typer
 import typer.core
 import typer.main
@@ -69,6 +67,7 @@ class LazyGroup(typer.core.TyperGroup):
         importlib.import_module(f"forklift.cli.{entry[0]}").register(holder)
         built = typer.main.get_command(holder)
         found = built.get_command(ctx, cmd_name) if isinstance(built, typer.core.TyperGroup) else built
+        boot.resume_gc()  # the command is loaded: it runs with the collector on
         return _quiet_flags(found)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
@@ -122,6 +121,14 @@ def _usage_error(exc: BaseException) -> bool:
 
 
 def main() -> None:
+    boot.pause_gc()
+    try:
+        _main()
+    finally:
+        boot.end_gc()
+
+
+def _main() -> None:
     debug = "--debug" in sys.argv
     try:
         rc = _quiet_flags(typer.main.get_command(app))(standalone_mode=False)

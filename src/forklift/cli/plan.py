@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from forklift import plan as planner
-from forklift.cli.common import ApplyOpt, JsonOpt, RecipeArg, SetOpt, console, print_json
+from forklift.cli import common
+from forklift.cli.common import ApplyOpt, JsonOpt, RecipeArg, SetOpt, print_json
 from forklift.errors import DoesNotFitError
 from forklift.model import configs_index
 from forklift.recipe import resolve
@@ -25,7 +25,7 @@ def plan_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = 
     """Predict per-rank memory, KV tokens, max context and decode speed for a recipe."""
     if list_configs:
         for entry in configs_index.bundled_configs().values():
-            console.print(f"[bold]{entry.name}[/]: {entry.note} (aliases: {', '.join(entry.aliases)})")
+            common.console.print(f"[bold]{entry.name}[/]: {entry.note} (aliases: {', '.join(entry.aliases)})")
         return
     deployment = resolve(recipe, set_ or [])
     if calibrate is not None:
@@ -42,6 +42,9 @@ def plan_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = 
 
 
 def render(p: planner.Plan) -> None:
+    from rich.table import Table
+
+    console = common.console
     table = Table("rank", "host", "layers", "weights", "activation", "cuda graphs", "non-torch", "KV pool",
                   "KV B/token", title=f"{p.model} ({p.architecture}), tp={p.tp} pp={p.pp} dcp={p.dcp}  [GiB]")
     for r in p.ranks:
@@ -68,13 +71,15 @@ def render(p: planner.Plan) -> None:
 
 
 def render_files(mf: planner.ModelFiles) -> None:
+    from rich.table import Table
+
     table = Table("node", "host", "layers", "shards", "files", "bytes", "GiB",
                   title=f"model files per node ({mf.shards_total} safetensors, {mf.total_bytes:,} bytes in all)",
                   caption=mf.dir)
     for n in mf.nodes:
         table.add_row(str(n.node), n.host, n.layers, str(n.shards), str(n.files), f"{n.bytes:,}",
                       f"{n.bytes / 1024**3:.2f}")
-    console.print(table)
+    common.console.print(table)
 
 
 def register(app: typer.Typer) -> None:

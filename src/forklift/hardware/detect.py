@@ -26,7 +26,7 @@ def profile_for_gpu(name: str) -> str | None:
 
 
 class Gpu(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     index: int
     name: str
@@ -37,7 +37,7 @@ class Gpu(BaseModel):
 class LocalHardware(BaseModel):
     """The local machine, measured now."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     hostname: str
     cpu_model: str

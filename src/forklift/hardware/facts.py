@@ -11,11 +11,14 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from forklift import paths
-from forklift.runner.base import Runner
+
+if TYPE_CHECKING:
+    from forklift.runner.base import Runner
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -23,7 +26,7 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 class NodeFacts(BaseModel):
     """One node's measured facts. ``None`` means not measured."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     host: str
     measured_at: float = Field(default_factory=time.time)

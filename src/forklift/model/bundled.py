@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import shutil
 from collections.abc import Callable
@@ -57,6 +56,8 @@ def is_prepared(name: str) -> bool:
 
 
 def gguf_path(model: BundledModel) -> Path:
+    import importlib.metadata  # here, not at the top: every `forklift plan` imports this module (~15 ms)
+
     try:
         dist = importlib.metadata.distribution(model.distribution)
     except importlib.metadata.PackageNotFoundError:

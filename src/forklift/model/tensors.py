@@ -3,6 +3,8 @@ gated DeltaNet, Mamba-2, KDA) and the MLP (dense or experts), plus embeddings, f
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from forklift.model.spec import LayerSpec, ModelSpec, Role, Split, StateSpec, Tensor
 
 
@@ -150,5 +152,5 @@ def model_tensors(s: ModelSpec, include_mtp: bool) -> list[Tensor]:
                      Tensor(module=f"{prefix}.norms", numel=4 * h, split="replicated", where="final", linear=False,
                             role="mtp")]
             for t in [*layer_tensors(s, mtp, prefix), *extra]:
-                out.append(t.model_copy(update={"where": "final", "layer": None}))
+                out.append(replace(t, where="final", layer=None))
     return out

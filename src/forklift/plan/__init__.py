@@ -4,10 +4,26 @@
 ``Unplanned``; ``layout`` is the one home of vLLM's PP split and rank placement.
 """
 
-from forklift.plan.calibrate import Calibration, LogFacts, parse_log
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from forklift.plan.calibrate import Calibration
 from forklift.plan.layout import pp_partition
 from forklift.plan.make import calibrate_from_log, for_launch, make
 from forklift.plan.model import Advice, Decisions, ModelFiles, NodeFiles, Plan, RankPlan, Roofline, Unplanned
+
+if TYPE_CHECKING:
+    from forklift.plan.startlog import LogFacts, parse_log
+
+
+def __getattr__(name: str) -> Any:
+    """``parse_log`` and ``LogFacts`` (the startup-log reader) load when first used: ``plan`` does not read logs."""
+    if name in ("LogFacts", "parse_log"):
+        return getattr(importlib.import_module("forklift.plan.startlog"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Advice", "Calibration", "Decisions", "LogFacts", "ModelFiles", "NodeFiles", "Plan", "RankPlan",
            "Roofline", "Unplanned", "calibrate_from_log", "for_launch", "make", "parse_log", "pp_partition"]

@@ -6,12 +6,11 @@ settings that change the terms (tp, pp, max_num_batched_tokens, max_num_seqs, ea
 
 from __future__ import annotations
 
-import ast
 import hashlib
+import importlib
 import json
-import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -19,138 +18,22 @@ from forklift import paths
 from forklift.errors import PlanError
 from forklift.model.spec import ModelSpec
 
-_NUM = r"(-?[0-9][0-9,]*\.?[0-9]*)"
-_ACTUAL = re.compile(
-    rf"Actual usage is {_NUM} GiB for weight, {_NUM} GiB for peak activation, {_NUM} GiB for non-torch memory, "
-    rf"and {_NUM} GiB for CUDAGraph memory"
-)
-_DEBUG = re.compile(
-    rf"torch peak memory increase: {_NUM}\s*GiB; non-torch forward increase memory: {_NUM}\s*GiB; "
-    rf"weights memory: {_NUM}\s*GiB"
-)
-_WORKER = re.compile(r"\((?:Worker_)?(?:PP(\d+))?(?:_?TP(\d+))?[^)]*\)")
-_ESTIMATED = re.compile(rf"Estimated CUDA graph memory: {_NUM} GiB")
-_LOADING = re.compile(rf"Model loading took {_NUM} GiB")
-_AVAILABLE = re.compile(rf"Available KV cache memory: {_NUM} GiB")
-_KV_TOKENS = re.compile(rf"(?:GPU|CPU) KV cache size: {_NUM} tokens")
-_CONCURRENCY = re.compile(rf"Maximum concurrency for {_NUM} tokens per request: {_NUM}x")
-_BLOCK = re.compile(r"Setting attention block size to (\d+) tokens|Setting kv cache block size to (\d+)")
-_PADDING = re.compile(rf"Padding mamba page size by {_NUM}%")
-_GRAPHS = re.compile(r"Profiling CUDA graph memory: PIECEWISE=(\d+).*?FULL=(\d+)")
-_NEED = re.compile(rf"max seq len \({_NUM}\), \({_NUM} GiB KV cache is needed.*?available KV cache memory "
-                   rf"\({_NUM} GiB\).*?estimated maximum model length is {_NUM}")
-_NO_MEMORY = re.compile(r"No available memory for the cache blocks")
-_FREE_ERROR = re.compile(rf"Free memory on device \({_NUM}/{_NUM} GiB\) on startup is less than desired")
-_RUNNER = re.compile(r"Using V2 Model Runner")
-_VERSION = re.compile(r"version (\d+\.\d+\.\d+\S*)")
-_ARGS = re.compile(r"non-default args: (\{.*\})")
+if TYPE_CHECKING:
+    from forklift.plan.startlog import LogFacts as LogFacts
+    from forklift.plan.startlog import parse_log as parse_log
 
 
-def _f(text: str) -> float:
-    return float(text.replace(",", ""))
-
-
-class LogFacts(BaseModel):
-    """What one vLLM startup log says about memory (None where the log is silent)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    vllm_version: str | None = None
-    settings: dict[str, Any] = {}
-    weights_gib: float | None = None
-    activation_gib: float | None = None
-    non_torch_gib: float | None = None
-    cudagraph_actual_gib: float | None = None
-    cudagraph_estimate_gib: float | None = None
-    available_kv_gib: float | None = None
-    kv_tokens: int | None = None
-    concurrency: float | None = None
-    block_size: int | None = None
-    mamba_padding_pct: float | None = None
-    graphs: tuple[int, int] | None = None
-    runner: str = "v1"
-    error: str | None = None
-    """vLLM's startup error about memory (KV does not fit, no memory for blocks, free memory), if it stopped."""
-    needed_kv_gib: float | None = None
-    max_len_estimate: int | None = None
-    per_stage_activation: dict[int, float] = {}
-
-    @property
-    def fits(self) -> bool | None:
-        """Whether vLLM started (sized its KV cache without a memory error); None when the log says neither."""
-        if self.error is not None:
-            return False
-        return True if self.kv_tokens is not None else None
-
-
-def _memory_lines(line: str, data: dict[str, Any]) -> None:
-    if m := _ACTUAL.search(line):
-        data["weights_gib"] = _f(m.group(1))
-        act = _f(m.group(2))
-        data["activation_gib"] = max(act, data.get("activation_gib", 0.0))
-        data["non_torch_gib"] = max(_f(m.group(3)), data.get("non_torch_gib", 0.0))
-        data["cudagraph_actual_gib"] = _f(m.group(4))
-        w = _WORKER.search(line)
-        stage = int(w.group(1)) if w and w.group(1) else 0
-        data["per_stage_activation"][stage] = act
-    elif m := _DEBUG.search(line):
-        data.setdefault("activation_gib", _f(m.group(1)))
-        data.setdefault("non_torch_gib", _f(m.group(2)))
-        data.setdefault("weights_gib", _f(m.group(3)))
-    if m := _ESTIMATED.search(line):
-        data["cudagraph_estimate_gib"] = _f(m.group(1))
-    if (m := _LOADING.search(line)) and "weights_gib" not in data:
-        data["weights_gib"] = _f(m.group(1))
-    if m := _AVAILABLE.search(line):  # every worker logs its own; vLLM takes the smallest
-        data["available_kv_gib"] = min(_f(m.group(1)), data.get("available_kv_gib", float("inf")))
-
-
-def _kv_lines(line: str, data: dict[str, Any]) -> None:
-    if m := _KV_TOKENS.search(line):
-        data["kv_tokens"] = int(_f(m.group(1)))
-    if m := _CONCURRENCY.search(line):
-        data["concurrency"] = _f(m.group(2))
-    if m := _BLOCK.search(line):
-        data["block_size"] = int(m.group(1) or m.group(2))
-    if m := _PADDING.search(line):
-        data["mamba_padding_pct"] = _f(m.group(1))
-    if m := _GRAPHS.search(line):
-        data["graphs"] = (int(m.group(1)), int(m.group(2)))
-    if _RUNNER.search(line):
-        data["runner"] = "v2"
-    if (m := _NEED.search(line)) and "error" not in data:
-        data["error"] = "kv"
-        data["needed_kv_gib"] = _f(m.group(2))
-        data["available_kv_gib"] = _f(m.group(3))
-        data["max_len_estimate"] = int(_f(m.group(4)))
-    elif _NO_MEMORY.search(line) and "error" not in data:
-        data["error"] = "no_memory"
-    elif _FREE_ERROR.search(line) and "error" not in data:
-        data["error"] = "free_memory"
-
-
-def parse_log(text: str) -> LogFacts:
-    """Pull the sizing lines out of a vLLM startup log (INFO lines; DEBUG split when present)."""
-    data: dict[str, Any] = {"per_stage_activation": {}}
-    for line in text.splitlines():
-        if (m := _VERSION.search(line)) and "vllm_version" not in data:
-            data["vllm_version"] = m.group(1)
-        if (m := _ARGS.search(line)) and "settings" not in data:
-            try:
-                parsed = ast.literal_eval(m.group(1))
-                if isinstance(parsed, dict):
-                    data["settings"] = {str(k): v for k, v in parsed.items()}
-            except (ValueError, SyntaxError):
-                pass
-        _memory_lines(line, data)
-        _kv_lines(line, data)
-    return LogFacts(**data)
+def __getattr__(name: str) -> Any:
+    """``parse_log`` and ``LogFacts`` live in ``startlog`` (its regexes and record load only to calibrate)."""
+    if name in ("LogFacts", "parse_log"):
+        return getattr(importlib.import_module("forklift.plan.startlog"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Calibration(BaseModel):
     """Stored model-specific terms for one (model, settings) key."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     key: str
     source_log: str
@@ -183,6 +66,8 @@ def store(key: str, log_path: Path) -> Calibration:
         text = log_path.read_text(errors="replace")
     except OSError as exc:
         raise PlanError(f"cannot read {log_path}: {exc}", fix="Pass the path of a vLLM startup log.") from exc
+    from forklift.plan.startlog import parse_log
+
     facts = parse_log(text)
     if facts.activation_gib is None or facts.non_torch_gib is None:
         raise PlanError(

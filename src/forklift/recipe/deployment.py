@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from forklift.hardware import facts as node_facts
 from forklift.hardware.facts import NodeFacts
-from forklift.recipe.cluster_file import apply_cluster_file
 from forklift.recipe.load import apply_overrides, load_raw, validate
 from forklift.recipe.schema import Node, Recipe
 
@@ -67,7 +66,11 @@ def known_facts(recipe: Recipe) -> dict[str, NodeFacts]:
 def from_recipe(recipe: Recipe, *, origin: str | None = None, overrides: Sequence[str] = (),
                 facts: bool = True) -> Deployment:
     """A Deployment from a Recipe object (library callers): applies its cluster file and known facts."""
-    resolved, cluster_path = apply_cluster_file(recipe)
+    resolved, cluster_path = recipe, None
+    if recipe.cluster is not None:  # the cluster-file reader (its own pydantic model) loads only for one
+        from forklift.recipe.cluster_file import apply_cluster_file
+
+        resolved, cluster_path = apply_cluster_file(recipe)
     return Deployment(recipe=resolved, origin=origin or (f"bundled:{recipe.name}" if recipe.name else "<recipe>"),
                       overrides=list(overrides), cluster_file=cluster_path,
                       facts=known_facts(resolved) if facts else {})

@@ -51,7 +51,9 @@ def _canonical_method(value: object) -> object:
 
 
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)  # as recipe.schema.Strict
+    # as recipe.schema.Strict; defer_build: Serve's schema builds the method models it needs for the union, and a
+    # model's own validator is built only when it is used alone (the private bases never are)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
 
     num_speculative_tokens: int = Field(
         default=1, ge=1, description="K: draft tokens proposed per step (vLLM: num_speculative_tokens).")

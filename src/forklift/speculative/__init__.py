@@ -19,18 +19,21 @@ from typing import TYPE_CHECKING, Any
 from forklift.errors import HardwareError
 from forklift.hardware.profiles import get as hardware_profile
 from forklift.recipe.schema import Recipe
-from forklift.speculative import render, sizing, versions
-from forklift.speculative.rules import Finding, facts, findings, refuse
+from forklift.speculative import sizing
 from forklift.speculative.shape import ModelShape
 
 if TYPE_CHECKING:
-    from forklift.speculative import metrics, workload
+    from forklift.speculative import metrics, render, versions, workload
+    from forklift.speculative.rules import Finding
 
 
 def __getattr__(name: str) -> Any:
-    """``metrics`` (prometheus_client) and ``workload`` load when first used: ``plan`` needs neither."""
-    if name in ("metrics", "workload"):
+    """The submodules other than ``sizing`` load when first used: ``metrics`` (prometheus_client), ``workload``,
+    and ``render`` / ``versions`` / ``rules``, which a recipe without ``serve.speculative`` never needs."""
+    if name in ("metrics", "render", "rules", "versions", "workload"):
         return importlib.import_module(f"forklift.speculative.{name}")
+    if name == "Finding":
+        return importlib.import_module("forklift.speculative.rules").Finding
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -53,6 +56,9 @@ def check(recipe: Recipe, *, vllm_version: str | None, default_version: str,
     Without ``model`` the model-dependent rules are skipped; call again with it once the model is described."""
     if recipe.serve.speculative is None:
         return []
+    from forklift.speculative import versions
+    from forklift.speculative.rules import facts, findings, refuse
+
     rel = versions.release(vllm_version, default_version)
     found = findings(facts(recipe, platform=platform_of(recipe), release=rel, model=model))
     refuse(found)
