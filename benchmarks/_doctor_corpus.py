@@ -7,7 +7,8 @@ the held-out threads. The split unit is the source thread: ``heldout(thread)`` i
 ``sha256(thread) / 2**256 < HELDOUT_FRACTION``, then, for every category with at least ``MIN_THREADS``
 threads and none held out, the thread of that category with the smallest hash is moved to held-out.
 The split was written before any rule or model of round 2; ``split.yaml`` freezes it (``check_split``
-re-derives it and fails on any difference), and items added later are assigned by the hash alone.
+re-derives it and fails on any difference), and items added later are assigned by the hash alone, except the
+frozen fresh batches (``fresh_batches``: collected by symptom and held out whatever their hash, part ``fresh``).
 
 The older corpus stays where it was: ``tests/data/doctor/excerpts`` (in-sample: rules were written from
 it) and ``tests/data/doctor/heldout`` (an earlier held-out split; never trained on).
@@ -76,12 +77,20 @@ def load_split() -> dict[str, Any]:
     return data
 
 
+def fresh_threads(split: dict[str, Any] | None = None) -> set[str]:
+    """Threads of the frozen fresh batches (``fresh_batches`` in split.yaml): held out whatever their hash."""
+    split = split if split is not None else load_split()
+    return {t for batch in (split.get("fresh_batches") or {}).values() for t in batch["threads"]}
+
+
 def corpus_items(parts: tuple[str, ...] = ("train",)) -> list[Item]:
-    """Items of the new corpus in the given parts (``train``, ``heldout``)."""
-    held = set(load_split()["heldout_threads"])
+    """Items of the new corpus in the given parts (``train``, ``heldout``, ``fresh``: a frozen fresh batch)."""
+    split = load_split()
+    held = set(split["heldout_threads"])
+    fresh = fresh_threads(split)
     out = []
     for stem, m in corpus_meta().items():
-        part = "heldout" if m["thread"] in held else "train"
+        part = "fresh" if m["thread"] in fresh else "heldout" if m["thread"] in held else "train"
         if part in parts:
             text = (CORPUS / f"{stem}.log").read_text(encoding="utf-8", errors="replace")
             out.append(Item(stem, text, m["category"], m["thread"], part, m))

@@ -5,7 +5,8 @@
     python scripts/doctor_corpus.py check           # re-derive the split and compare; list categories and counts
 
 Items added after the split was frozen (failures caused on purpose, GPU logs) are assigned by the hash alone
-and listed under ``added_after`` in split.yaml (held-out ones are also added to ``heldout_threads``).
+and listed under ``added_after`` in split.yaml (held-out ones are also added to ``heldout_threads``). A fresh batch
+collected by symptom is frozen under ``fresh_batches`` (held out whatever its hash; part ``fresh``).
 
 Import refuses a thread already present (in the corpus or in the older tests/data/doctor corpora) and an
 unknown category. Repair: a few collected YAML files carry an unquoted ': ' inside cause/fix; each line
@@ -30,6 +31,7 @@ from benchmarks._doctor_corpus import (  # noqa: E402
     SPLIT_FILE,
     corpus_meta,
     derive_split,
+    fresh_threads,
     old_items,
     thread_hash,
 )
@@ -120,11 +122,12 @@ def write_split() -> None:
 
 def check() -> int:
     split = yaml.safe_load(SPLIT_FILE.read_text(encoding="utf-8"))
+    fresh = fresh_threads(split)
     frozen = set(split["heldout_threads"])
     added = dict(split.get("added_after", {}))
     lab = labels()
-    bad = [t for t in frozen if t not in lab]
-    late = {t for t in lab if t not in frozen and thread_hash(t) < 0.25}
+    bad = [t for t in frozen | fresh if t not in lab]
+    late = {t for t in lab if t not in frozen and t not in fresh and thread_hash(t) < 0.25}
     wrong = {t for t, part in added.items() if (part == "heldout") != (thread_hash(t) < 0.25)}
     unassigned = {t for t in lab if t.startswith("caused:") and t not in added}
     if bad or late or wrong or unassigned:
@@ -133,10 +136,11 @@ def check() -> int:
         return 1
     per: Counter[tuple[str, str]] = Counter()
     for m in corpus_meta().values():
-        per[(str(m["category"]), "heldout" if m["thread"] in frozen else "train")] += 1
+        part = "fresh" if m["thread"] in fresh else "heldout" if m["thread"] in frozen else "train"
+        per[(str(m["category"]), part)] += 1
     for c in sorted({c for c, _ in per}):
-        print(f"{c:36s} train {per[(c, 'train')]:3d}  heldout {per[(c, 'heldout')]:3d}")
-    print(f"threads {len(lab)}, held out {len(frozen & set(lab))}")
+        print(f"{c:36s} train {per[(c, 'train')]:3d}  heldout {per[(c, 'heldout')]:3d}  fresh {per[(c, 'fresh')]:3d}")
+    print(f"threads {len(lab)}, held out {len(frozen & set(lab))}, fresh {len(fresh & set(lab))}")
     return 0
 
 

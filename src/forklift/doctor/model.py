@@ -125,6 +125,7 @@ class CategoryInfo(_Strict):
     fix: str
     verify: str
     key: str | None = None
+    boundary: str | None = None  # how the class is told from its neighbours (the labelling rule of the corpus)
 
 
 @dataclass(frozen=True)
