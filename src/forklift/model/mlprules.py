@@ -21,20 +21,28 @@ def _dense(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
     return None, ["dense"] * n
 
 
-def _deepseek(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
-    """deepseek_v2.py / glm4_moe.py: MoE where i >= first_k_dense_replace and i % moe_layer_freq == 0."""
-    n_routed = cfg.get("n_routed_experts")
+def _first_k_dense_moe(cfg: Cfg, n: int, ctx: tuple[str, str], routed_key: str, shared_key: str,
+                       top_k_keys: str | list[str]) -> Result:
+    """The DeepSeek-style layer rule (deepseek_v2.py, glm4_moe.py, kimi_linear.py): MoE where i >=
+    first_k_dense_replace and i % moe_layer_freq == 0, shared experts of the routed experts' width; the families
+    name the expert counts with different keys."""
+    n_routed = int(cfg.get(routed_key) or 0)
     if not n_routed:
         return None, ["dense"] * n
     first_k = int(cfg.get("first_k_dense_replace") or 0)
     freq = int(cfg.get("moe_layer_freq") or 1)
     dense = {i for i in range(n) if i < first_k or i % freq != 0}
     inter = need_int(cfg, "moe_intermediate_size", ctx)
-    shared = int(cfg.get("n_shared_experts") or 0)
-    moe = MoESpec(n_routed=int(n_routed), top_k=need_int(cfg, "num_experts_per_tok", ctx), n_shared=shared,
-                  intermediate=inter, shared_intermediate=shared * inter, first_k_dense=first_k,
-                  dense_layers=tuple(sorted(dense)), router_bias=True)
+    shared = int(cfg.get(shared_key) or 0)
+    moe = MoESpec(n_routed=n_routed, top_k=need_int(cfg, top_k_keys, ctx), n_shared=shared, intermediate=inter,
+                  shared_intermediate=shared * inter, first_k_dense=first_k, dense_layers=tuple(sorted(dense)),
+                  router_bias=True)
     return moe, _split(n, dense)
+
+
+def _deepseek(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
+    """deepseek_v2.py / glm4_moe.py: n_routed_experts, n_shared_experts, num_experts_per_tok."""
+    return _first_k_dense_moe(cfg, n, ctx, "n_routed_experts", "n_shared_experts", "num_experts_per_tok")
 
 
 def _qwen(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
@@ -69,19 +77,9 @@ def _gpt_oss(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
 
 
 def _kimi(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
-    """kimi_linear.py: MoE when num_experts is set, i >= first_k_dense_replace and i % moe_layer_freq == 0."""
-    n_routed = int(cfg.get("num_experts") or 0)
-    if not n_routed:
-        return None, ["dense"] * n
-    first_k = int(cfg.get("first_k_dense_replace") or 0)
-    freq = int(cfg.get("moe_layer_freq") or 1)
-    dense = {i for i in range(n) if i < first_k or i % freq != 0}
-    inter = need_int(cfg, "moe_intermediate_size", ctx)
-    shared = int(cfg.get("num_shared_experts") or 0)
-    moe = MoESpec(n_routed=n_routed, top_k=need_int(cfg, ["num_experts_per_token", "num_experts_per_tok"], ctx),
-                  n_shared=shared, intermediate=inter, shared_intermediate=shared * inter, first_k_dense=first_k,
-                  dense_layers=tuple(sorted(dense)), router_bias=True)
-    return moe, _split(n, dense)
+    """kimi_linear.py: num_experts, num_shared_experts, num_experts_per_token (or _tok)."""
+    return _first_k_dense_moe(cfg, n, ctx, "num_experts", "num_shared_experts",
+                              ["num_experts_per_token", "num_experts_per_tok"])
 
 
 def _nemotron(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
