@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 VLLM_VERSION=0.26.0
-CHUNK_MAX=${CHUNK_MAX:-58000000}     # bytes per chunk; the working tree (~7.5 MB with the grid logs) travels too: 64 MiB = 67.1 MB a call
+CHUNK_MAX=${CHUNK_MAX:-52000000}     # bytes per chunk; the working tree (~9 MB with the grid logs and doctor corpus) travels too: 64 MiB = 67.1 MB a call
 PART=${PART:-20000000}               # vLLM tarball part size, small enough to pack chunks tightly
 PY=${PY:-$ROOT/.venv/bin/python}
 TOKENIZER=${TOKENIZER:-$HOME/.cache/forklift/models/smollm2-135m-instruct}

@@ -416,4 +416,21 @@ def startup_error(ctx: Context, ranks: list[RankPlan], layouts: list[KvLayout], 
                 f"memory ({pools[worst] / GIB:.2f} GiB). Based on the available memory, the estimated maximum model "
                 f"length is {largest}. Try increasing gpu_memory_utilization or decreasing max_model_len when "
                 "initializing the engine.")
-    return None
+    return _mamba_graph_error(ctx, layouts, pools)
+
+
+def _mamba_graph_error(ctx: Context, layouts: list[KvLayout], pools: list[int]) -> str | None:
+    """vLLM 0.20+ (config/compilation.py resolve_cudagraph_mode_and_sizes): with FULL decode graphs, a model with
+    Mamba-like layers (GDN, Mamba-2, KDA) needs one cache block per decoding sequence, so max_num_seqs above the
+    worker's cache blocks stops the start after the pool is sized."""
+    st = ctx.st
+    if ctx.vr.mamba_full_graph_blocks != "error" or st.platform != "cuda" or st.eager:
+        return None
+    blocks = [lay.num_blocks(pool) for lay, pool in zip(layouts, pools, strict=True)
+              if any(b.spec.kind == "mamba" for b in lay.buckets)]
+    if not blocks or st.seqs <= min(blocks):
+        return None
+    fewest = min(blocks)
+    return (f"max_num_seqs ({st.seqs}) exceeds available Mamba cache blocks ({fewest}). Each decode sequence "
+            "requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at "
+            f"most {fewest} or increase gpu_memory_utilization.")

@@ -37,6 +37,7 @@ class VersionRules(BaseModel):
     align_prefill_checkpoint: bool
     check_subtracts_null_block: bool
     glm_dsa_sm100_auto_fp8: bool
+    mamba_full_graph_blocks: str
     sampler_bytes_per_logit: dict[str, float]
     capture: dict[str, Any]
     batch_tiers: str

@@ -33,6 +33,7 @@ _NEED = re.compile(rf"max seq len \({_NUM}\), \({_NUM} GiB KV cache is needed.*?
                    rf"\({_NUM} GiB\).*?estimated maximum model length is {_NUM}")
 _NO_MEMORY = re.compile(r"No available memory for the cache blocks")
 _FREE_ERROR = re.compile(rf"Free memory on device \({_NUM}/{_NUM} GiB\) on startup is less than desired")
+_MAMBA_BLOCKS = re.compile(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)")
 _RUNNER = re.compile(r"Using V2 Model Runner")
 _VERSION = re.compile(r"version (\d+\.\d+\.\d+\S*)")
 _ARGS = re.compile(r"non-default args: (\{.*\})")
@@ -62,7 +63,8 @@ class LogFacts(BaseModel):
     graphs: tuple[int, int] | None = None
     runner: str = "v1"
     error: str | None = None
-    """vLLM's startup error about memory (KV does not fit, no memory for blocks, free memory), if it stopped."""
+    """vLLM's startup error about memory (KV does not fit, no memory for blocks, free memory, more sequences than a
+    hybrid's Mamba cache blocks), if it stopped."""
     needed_kv_gib: float | None = None
     max_len_estimate: int | None = None
     per_stage_activation: dict[int, float] = {}
@@ -119,6 +121,8 @@ def _kv_lines(line: str, data: dict[str, Any]) -> None:
         data["error"] = "no_memory"
     elif _FREE_ERROR.search(line) and "error" not in data:
         data["error"] = "free_memory"
+    elif _MAMBA_BLOCKS.search(line) and "error" not in data:
+        data["error"] = "mamba_blocks"  # sized the pool, then refused FULL graphs for more sequences than blocks
 
 
 def parse_log(text: str) -> LogFacts:
