@@ -2,7 +2,7 @@
 
 Each config keeps one family's real per-layer shapes (hidden size, heads, head dims, experts, state sizes) but few
 layers, so a dummy-weight boot is fast, and vocab 49152 so SmolLM2's tokenizer (staged by prepare.sh) serves it.
-Shapes come from (research notes: /work/scratch/planner/configs/SOURCES.md and kv-and-arch-spec.md section 6):
+Shapes come from (research notes: docs/research/planner-config-sources.md and planner-kv-and-arch-spec.md section 6):
   glm47-6L        GLM-4.7 (forklift's bundled glm-4.7.json) per-layer shapes, 6 layers, first layer dense
   qwen3next-8L    Qwen3-Next-80B-A3B (transformers Qwen3NextConfig defaults), 8 layers = 6 GDN + 2 full
   nemotronh-14L   Nemotron-H-8B (vLLM 0.26 NemotronHConfig defaults), pattern M-M-M*-M-M-M*- (6 M, 2 *, 6 -)
