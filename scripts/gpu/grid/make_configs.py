@@ -10,6 +10,12 @@ Shapes come from (research notes: docs/research/planner-config-sources.md and pl
   gptoss-8L       gpt-oss-120b (published config.json), 8 layers, MXFP4 experts
   minimaxm2-6L    MiniMax-M2 (transformers MiniMaxM2Config defaults; not verified as the M2 release), 6 layers
   kimilinear-8L   Kimi-Linear-48B-A3B (transformers KimiLinearConfig defaults), 8 layers = 6 KDA + 2 MLA
+  gemma3-8L       Gemma-3-27B's text model (google/gemma-3-27b-it text_config, tests/data/configs/SOURCES.md), 8 layers
+                  with its 5:1 sliding/full pattern (sliding_window_pattern 6: layers 0-4 and 6-7 sliding, 5 full),
+                  window 1024
+  qwen3moe-8L     Qwen3-30B-A3B (transformers Qwen3MoeConfig defaults, checkpoint Qwen/Qwen3-30B-A3B-Base, with
+                  norm_topk_prob true as the released text_config has it; the same
+                  per-layer shapes as Qwen3-VL-30B-A3B's text_config), 8 layers, 128 experts top-8
 Layer-scaling variants (round 2, VARIANTS below): glm47-6L with 12 or 24 layers (same per-layer shapes, vocab 49152),
 and glm47-24L with GLM-4.7's own vocab 151552 (embedding, lm_head, logits and sampler at the real size; the model's
 vocab may exceed the tokenizer's: nothing is detokenized before the grid stops the server).
@@ -100,6 +106,23 @@ CONFIGS = {
         "hidden_act": "silu", "num_nextn_predict_layers": 0,
         "linear_attn_config": {"kda_layers": [1, 2, 3, 5, 6, 7], "full_attn_layers": [4, 8], "num_heads": 32,
                                "head_dim": 128, "short_conv_kernel_size": 4},
+    },
+    "gemma3-8L": {
+        "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 5376,
+        "intermediate_size": 21504, "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 16,
+        "head_dim": 128, "query_pre_attn_scalar": 168, "sliding_window": 1024, "sliding_window_pattern": 6,
+        "layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(8)],
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0, "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-06,
+        "max_position_embeddings": 131072, "attention_bias": False, "final_logit_softcapping": None,
+        "attn_logit_softcapping": None,
+    },
+    "qwen3moe-8L": {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+        "intermediate_size": 6144, "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 4,
+        "head_dim": 128, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True, "max_position_embeddings": 32768,
+        "rope_theta": 1000000.0, "rms_norm_eps": 1e-06, "attention_bias": False, "hidden_act": "silu",
     },
 }
 

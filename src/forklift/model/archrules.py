@@ -22,6 +22,7 @@ from forklift.model.spec import (
     Mlp,
     ModelSpec,
     StateSpec,
+    VisionSpec,
 )
 from forklift.yamlio import load_data
 
@@ -256,6 +257,10 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
 
     cfg = text_config(raw)
     arch, family, fam = family_for(cfg, source)
+    if _vision_arch(fam, arch) and "tie_word_embeddings" not in cfg and "tie_word_embeddings" in raw:
+        cfg = {**cfg, "tie_word_embeddings": raw["tie_word_embeddings"]}  # assumption: the wrapper's flag
+    if fam.get("defaults"):  # the transformers config class's field defaults, which vLLM sees for absent keys
+        cfg = {**fam["defaults"], **{k: v for k, v in cfg.items() if v is not None}}
     ctx = (source, arch)
     check_required(cfg, fam, ctx)
     n = num_layers(cfg, fam, ctx)
@@ -277,15 +282,30 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
         head_dim=(mla.kv_lora_rank + mla.qk_rope_head_dim) if mla else int(cfg.get("head_dim") or hidden // heads),
         intermediate_size=_dense_intermediate(cfg), vocab_size=need_int(cfg, "vocab_size", ctx),
         max_position_embeddings=_int_or(cfg, "max_position_embeddings", 2048),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), dtype_bytes=_DTYPE_BYTES.get(dtype, 2),
+        tie_word_embeddings=fam.get("tie") == "always" or bool(cfg.get("tie_word_embeddings", False)),
+        dtype_bytes=_DTYPE_BYTES.get(dtype, 2), layer_norms=int(fam.get("norms", 2)),
         attention_bias=bool(cfg.get("attention_bias", False)),
         qk_norm=bool(attn.get("qk_norm")) or bool(cfg.get("use_qk_norm")) or cfg.get("model_type") == "qwen3",
         gated_q=bool(attn.get("gated_q")), sliding_window=int(sliding) if sliding else None,
         layers=_layers(plan, mlps, set(owners)), moe=moe, mla=mla, indexer=indexer, state=state_spec(cfg, fam, ctx),
         supports_mamba_prefix_caching=bool(fam.get("supports_mamba_prefix_caching")), vllm_min=ssm_vllm_min,
-        mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
+        mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0), vision=_vision(raw, fam, arch, hidden, source),
         quant=scheme_from_config(cfg.get("quantization_config"), source=source),
     )
+
+
+def _vision_arch(fam: dict[str, Any], arch: str) -> bool:
+    return bool(fam.get("vision")) and arch in fam["vision"]["archs"]
+
+
+def _vision(raw: Cfg, fam: dict[str, Any], arch: str, text_hidden: int, source: str) -> VisionSpec | None:
+    """The wrapper's vision tower, for the architectures the family lists under ``vision.archs``."""
+    from forklift.model.vision import vision_spec
+
+    if not _vision_arch(fam, arch):
+        return None
+    vis = fam["vision"]
+    return vision_spec(vis["tower"], raw, text_hidden, source)
 
 
 def _dense_intermediate(cfg: Cfg) -> int:

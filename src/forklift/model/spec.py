@@ -27,7 +27,8 @@ linear-attention / SSM mixer with a per-sequence state (gated DeltaNet, Mamba-2,
 (Nemotron-H's MLP-only and MoE-only layers)."""
 Mlp = Literal["dense", "moe", "none"]
 Role = Literal["attn", "indexer", "mixer", "dense_mlp", "shared", "experts", "router", "norm", "embed", "lm_head",
-               "mtp"]
+               "mtp", "vision"]
+Tower = Literal["siglip", "qwen2_5_vit", "qwen3_vit"]
 STATE_MIXERS: tuple[Mixer, ...] = ("gdn", "mamba2", "kda")
 
 
@@ -112,6 +113,30 @@ class StateSpec(Frozen):
     """The recurrent state's dtype when the model fixes it (config hook or hard-coded); None: the conv dtype."""
 
 
+class VisionSpec(Frozen):
+    """One vision tower's shape (from vision_config, with the transformers class defaults for absent keys)."""
+
+    tower: Tower
+    hidden: int
+    depth: int
+    intermediate: int
+    channels: int
+    patch: int
+    temporal_patch: int = 1
+    merge: int = 1
+    out_hidden: int  # the width the projector writes (the language model's hidden size for Gemma-3)
+    positions: int = 0  # learned position embeddings (SigLIP: (image / patch)^2; Qwen3-VL: num_position_embeddings)
+    deepstack: int = 0  # Qwen3-VL: extra mergers, one per deepstack_visual_indexes entry
+
+    def tensors(self) -> list[Tensor]:
+        from forklift.model.vision import tower_tensors
+
+        return tower_tensors(self)
+
+    def param_count(self) -> int:
+        return sum(t.numel for t in self.tensors())
+
+
 class ModelSpec(Frozen):
     """The planner's view of one model."""
 
@@ -133,6 +158,7 @@ class ModelSpec(Frozen):
     qk_norm: bool = False
     gated_q: bool = False
     sliding_window: int | None = None
+    layer_norms: int = 2  # hidden-size norms per decoder layer (Gemma-2/3: 4)
     layers: tuple[LayerSpec, ...]
     moe: MoESpec | None = None
     mla: MLASpec | None = None
@@ -141,6 +167,7 @@ class ModelSpec(Frozen):
     supports_mamba_prefix_caching: bool = False
     vllm_min: str | None = None
     mtp_layers: int = 0
+    vision: VisionSpec | None = None  # a multimodal wrapper's vision tower (forklift.model.vision)
     quant: QuantScheme
 
     @property

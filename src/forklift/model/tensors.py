@@ -129,7 +129,7 @@ def _mlp(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
 
 def layer_tensors(s: ModelSpec, layer: LayerSpec, prefix: str) -> list[Tensor]:
     o = _Out(prefix, layer.index)
-    o.add("norms", 2 * s.hidden_size, "replicated", linear=False, role="norm")
+    o.add("norms", s.layer_norms * s.hidden_size, "replicated", linear=False, role="norm")
     _mixer(s, layer, o)
     _mlp(s, layer, o)
     return o.items
@@ -141,6 +141,8 @@ def model_tensors(s: ModelSpec, include_mtp: bool) -> list[Tensor]:
                   role="embed")]
     for layer in s.layers:
         out.extend(layer_tensors(s, layer, f"model.layers.{layer.index}"))
+    if s.vision is not None:
+        out.extend(s.vision.tensors())
     out.append(Tensor(module="model.norm", numel=h, split="replicated", where="final", linear=False, role="norm"))
     out.append(Tensor(module="lm_head", numel=s.vocab_size * h, split="vocab", where="lm_head", role="lm_head"))
     if include_mtp and s.mtp_layers:

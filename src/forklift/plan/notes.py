@@ -19,6 +19,12 @@ def _source_notes(core: Core) -> list[str]:
     notes = [f"config from {src.origin}; weights from "
              + ("safetensors headers" if local_weights
                 else f"parameter counts x storage format ({spec.quant.method}: {spec.quant.linear_format})")]
+    if spec.vision is not None:
+        notes.append(f"vision tower ({spec.vision.tower}, {spec.vision.param_count() / 1e6:,.0f}M parameters from "
+                     "vision_config) counted in the first stage's weights at the model dtype; assumption: the memory "
+                     "vLLM's profile run spends on the multimodal encoder (dummy items up to the encoder budget, "
+                     "their outputs held through the dummy forward) is not modelled, so the KV pool may be smaller "
+                     "than planned (vLLM's --skip-mm-profiling skips that pass)")
     if spec.mtp_layers and not st.include_mtp:
         notes.append(f"{spec.mtp_layers} MTP layer(s) not loaded (no MTP speculative decoding); "
                      f"PP splits {spec.num_layers} decoder layers")
