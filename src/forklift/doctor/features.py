@@ -120,8 +120,7 @@ _EXC_WORDS = 12
 def structure(text: str) -> Counter[str]:
     """Terms from the shape of a failure: ``x:type`` per exception class raised anywhere, ``l:type`` for the
     last one (the final line of the last traceback is usually the cause) and ``m:word`` for the first words
-    of its message; ``f:word`` for the words of the lines that report a failure (so an error line weighs more
-    than the INFO lines around it)."""
+    of its message."""
     counts: Counter[str] = Counter()
     last: tuple[str, str] | None = None
     for line in text.splitlines():
@@ -130,8 +129,6 @@ def structure(text: str) -> Counter[str]:
             for m in _EXC.finditer(line):
                 counts["x:" + m.group(1).lower()] = 1
                 last = (m.group(1), m.group(2) or "")
-        if failure_line(line):
-            counts.update("f:" + w for w in words(line) if len(w) > 1)
     if last is not None:
         counts["l:" + last[0].lower()] += 1
         counts.update("m:" + w for w in words(last[1])[:_EXC_WORDS] if len(w) > 1)
