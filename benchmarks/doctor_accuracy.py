@@ -9,6 +9,10 @@ Parts (``benchmarks/_doctor_corpus.py`` loads them):
   was written; ``tests/data/doctor/corpus/split.yaml``). Never used to write or tune rules, nor to train the
   classifier, but measured in rounds 3 and 4, so no longer clean: a reference figure.
 - ``train``: the rest of the round-2 corpus (rules were written from it, the classifier trained on it).
+
+Since round 5 the classifier is trained on all of these parts (scripts/doctor_train.py: DEV_BATCHES), so
+every figure here is in-sample for it; the out-of-sample figure is a fresh batch collected after that
+training, and the development figure is grouped cross-validation by thread (round 5's notes).
 - ``old-insample`` / ``old-heldout``: round 1's excerpts and its held-out batch, relabelled to the round-2
   taxonomy (``RELABEL``); reported apart.
 

@@ -38,7 +38,7 @@ _FAILURE = re.compile(
     r"could not|couldn't|unable to|\bfail|timed out|\btimeout|refused|denied|no such|not found|invalid|mismatch|"
     r"\bempty\b|out of resource|insufficient|exceeds?\b|too (?:old|small|large|long)|\berrors?\b|\bbug\b|problem|"
     r"broken|wrong|missing|\blost\b|\bdied\b|\bdead\b|\bkill|\boom\b|out of memory|no module|\w+Error\b|"
-    r"unauthori[sz]ed|forbidden|too many requests|gated)"
+    r"unauthori[sz]ed|forbidden|too many requests|gated|incompatible|conflict)"
 )
 _BENIGN = re.compile(
     r"\b(?:INFO|DEBUG)\b|\bWARN(?:ING)?\b|\[[WI]\d{4}|^\s*[WI]\d{4} |DeprecationWarning|FutureWarning|UserWarning|"
@@ -46,7 +46,7 @@ _BENIGN = re.compile(
 )
 
 
-_SEVERE = re.compile(r"\b(?:ERROR|FATAL|CRITICAL)\b")
+_SEVERE = re.compile(r"\b(?:ERROR|FATAL|CRITICAL)\b|NCCL WARN")  # NCCL has no ERROR level: WARN is its error line
 _PROSE = re.compile(
     r"^(?!.*(?:\b(?:INFO|DEBUG|WARN(?:ING)?|ERROR)\b|\d{1,2}:\d{2}:\d{2}|File \")).*?(?:[A-Za-z'`,-]+\s+){6}")
 
@@ -112,9 +112,33 @@ def words(text: str) -> list[str]:
     return out
 
 
-def terms(text: str) -> Counter[str]:
-    """Raw term counts: ``w:word``, ``b:word word`` (adjacent words) and ``c:4gram`` (inside words)."""
+_EXC = re.compile(
+    r"(?<![\w.])(?:[A-Za-z_]\w*\.)*([A-Z]\w*(?:Error|Exception|Exit|Interrupt|Died|Killed))\b(?::\s*(.*))?")
+_EXC_WORDS = 12
+
+
+def structure(text: str) -> Counter[str]:
+    """Terms from the shape of a failure: ``x:type`` per exception class raised anywhere, ``l:type`` for the
+    last one (the final line of the last traceback is usually the cause) and ``m:word`` for the first words
+    of its message."""
     counts: Counter[str] = Counter()
+    last: tuple[str, str] | None = None
+    for line in text.splitlines():
+        if "rror" in line or "xception" in line or "Exit" in line or "Interrupt" in line or "Died" in line \
+                or "Killed" in line:
+            for m in _EXC.finditer(line):
+                counts["x:" + m.group(1).lower()] = 1
+                last = (m.group(1), m.group(2) or "")
+    if last is not None:
+        counts["l:" + last[0].lower()] += 1
+        counts.update("m:" + w for w in words(last[1])[:_EXC_WORDS] if len(w) > 1)
+    return counts
+
+
+def terms(text: str) -> Counter[str]:
+    """Raw term counts: ``w:word``, ``b:word word`` (adjacent words), ``c:4gram`` (inside words) and the
+    failure-shape terms of ``structure``."""
+    counts: Counter[str] = structure(text)
     toks = [t for t in words(text) if len(t) > 1]
     full = [t.lower() for t in _WORD.findall(_HEX.sub(" ", text)) if len(t) > 1]
     counts.update("w:" + t for t in toks)
