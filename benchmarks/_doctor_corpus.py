@@ -132,3 +132,23 @@ def old_items(folder: str) -> list[Item]:
         category = RELABEL.get(str(m["expect"].get("rule")), RELABEL.get(f"{folder}:{stem}", category))
         out.append(Item(stem, text, category, thread, part, m))
     return out
+
+
+DEV_BATCHES = ("e", "f")  # fresh batches measured once (round 4) and since then development data
+
+
+def out_of_sample_batches(split: dict[str, Any] | None = None) -> list[str]:
+    """The frozen fresh batches not (yet) trained on: the out-of-sample figure of doctor_accuracy."""
+    split = split if split is not None else load_split()
+    return [name for name in (split.get("fresh_batches") or {}) if name not in DEV_BATCHES]
+
+
+def training_items() -> list[Item]:
+    """All development data: the round-2 train and held-out parts, the fresh batches already measured
+    (DEV_BATCHES) and the older labelled excerpts and held-out batch. A fresh batch added later stays out
+    until it has been measured and named in DEV_BATCHES."""
+    split = load_split()
+    dev_fresh = {t for name in DEV_BATCHES for t in split["fresh_batches"][name]["threads"]}
+    items = corpus_items(("train", "heldout")) + [it for it in corpus_items(("fresh",)) if it.thread in dev_fresh]
+    items += [it for it in old_items("excerpts") + old_items("heldout") if it.category]
+    return sorted(items, key=lambda it: it.stem)

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 import numpy as np  # noqa: E402
 import sklearn  # noqa: E402
-from benchmarks._doctor_corpus import Item, corpus_items, load_split, old_items  # noqa: E402
+from benchmarks._doctor_corpus import Item, training_items  # noqa: E402
 from scipy.sparse import csr_matrix  # noqa: E402
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.model_selection import GroupKFold  # noqa: E402
@@ -62,20 +62,6 @@ PRUNE_LEVELS = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
 MAX_BYTES = 560 * 1024
 DIGITS = 2
 THRESHOLD = 0.5
-DEV_BATCHES = ("e", "f")  # fresh batches measured once (round 4) and since then development data
-
-
-def training_items() -> list[Item]:
-    """All development data: the round-2 train and held-out parts, the fresh batches already measured
-    (DEV_BATCHES) and the older labelled excerpts and held-out batch. A fresh batch added later stays out
-    until it has been measured and named in DEV_BATCHES."""
-    split = load_split()
-    dev_fresh = {t for name in DEV_BATCHES for t in split["fresh_batches"][name]["threads"]}
-    items = corpus_items(("train", "heldout")) + [it for it in corpus_items(("fresh",)) if it.thread in dev_fresh]
-    items += [it for it in old_items("excerpts") + old_items("heldout") if it.category]
-    return sorted(items, key=lambda it: it.stem)
-
-
 def knowledge(classes: list[str], *, examples: bool) -> tuple[list[Counter[str]], list[int]]:
     """Documents written from the rules and the category descriptions (labels: their category)."""
     docs: list[Counter[str]] = []
