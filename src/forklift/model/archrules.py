@@ -21,6 +21,7 @@ from forklift.model.spec import (
     MLASpec,
     Mlp,
     ModelSpec,
+    RopeCache,
     StateSpec,
     VisionSpec,
 )
@@ -246,6 +247,61 @@ def state_spec(cfg: Cfg, fam: dict[str, Any], ctx: tuple[str, str]) -> StateSpec
     return StateSpec(kind=st["kind"], ssm_dtype=str(ssm) if ssm else None, **dims)
 
 
+_LAYER_TYPE = {"attention": "full_attention", "sliding": "sliding_attention"}
+
+
+def _rope_params(cfg: Cfg, mixer: str, label: str) -> dict[str, Any]:
+    """The rope parameters one layer kind passes to get_rope: a transformers-v5 per-layer-type entry of
+    rope_parameters when present (gemma3.py Gemma3Attention.__init__), else plain rope for ``default`` (the
+    sliding layers' local rope), else the config's rope_parameters / rope_scaling."""
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if isinstance(params, Mapping) and isinstance(params.get(_LAYER_TYPE.get(mixer, "")), Mapping):
+        return dict(params[_LAYER_TYPE[mixer]])
+    if label == "default":
+        return {"rope_type": "default"}
+    return dict(params) if isinstance(params, Mapping) else {}
+
+
+def _rope_rows(params: Mapping[str, Any], max_position: int) -> int:
+    """Positions in the cos/sin cache get_rope builds (rotary_embedding/__init__.py get_rope @0.26.0): plain and
+    llama3 rope max_position; linear max_position x factor (LinearScalingRotaryEmbedding._compute_cos_sin_cache);
+    yarn original_max_position_embeddings x factor (get_rope passes the original length,
+    YaRNScalingRotaryEmbedding._compute_cos_sin_cache multiplies). Other kinds: 0 (not modelled)."""
+    kind = str(params.get("rope_type") or params.get("type") or "default")
+    if kind in ("default", "llama3"):
+        return max_position
+    if kind == "linear":
+        factors = params["factor"] if isinstance(params["factor"], list) else [params["factor"]]
+        return sum(int(max_position * float(f)) for f in factors)
+    if kind == "yarn":
+        return int(int(params["original_max_position_embeddings"]) * float(params["factor"]))
+    return 0
+
+
+def rope_caches(cfg: Cfg, fam: Mapping[str, Any], plan: LayerPlan, head_dim: int,
+                dtype_bytes: int) -> tuple[RopeCache, ...]:
+    """The rotary caches of a family whose entry has ``rope_cache`` (architectures.yaml): per mixer kind, the
+    rope its attention builds; kinds with the same parameters share one cache (get_rope's _ROPE_DICT)."""
+    spec = fam.get("rope_cache")
+    if not spec:
+        return ()
+    nbytes = 4 if spec.get("dtype") == "float32" else dtype_bytes
+    max_position = _int_or(cfg, "max_position_embeddings", 2048)
+    present = {mixer for mixer, _ in plan}
+    caches: dict[str, tuple[list[Any], int, int]] = {}
+    for mixer, label in spec.items():
+        if mixer == "dtype" or mixer not in present:
+            continue
+        params = _rope_params(cfg, mixer, str(label))
+        factor = float(params.get("partial_rotary_factor") or cfg.get("partial_rotary_factor") or 1.0)
+        width = int(params.get("rope_dim") or int(head_dim * factor))
+        key = f"{label}:{sorted(params.items())}"
+        mixers = caches.get(key, ([], 0, 0))[0]
+        caches[key] = ([*mixers, mixer], _rope_rows(params, max_position), width)
+    return tuple(RopeCache(mixers=tuple(m), rows=rows, width=width, dtype_bytes=nbytes)
+                 for m, rows, width in caches.values() if rows)
+
+
 def _layers(plan: LayerPlan, mlps: list[Mlp], owners: set[int]) -> tuple[LayerSpec, ...]:
     return tuple(LayerSpec(index=i, mixer=mixer, mlp=fixed if fixed is not None else mlps[i], indexer=i in owners)
                  for i, (mixer, fixed) in enumerate(plan))
@@ -276,11 +332,11 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
     sliding = cfg.get("sliding_window") if any(m == "sliding" for m, _ in plan) else None
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     ssm_vllm_min = (fam.get("vllm_min") or {}).get(arch)
+    head_dim = (mla.kv_lora_rank + mla.qk_rope_head_dim) if mla else int(cfg.get("head_dim") or hidden // heads)
     return ModelSpec(
         name=name, architecture=arch, family=family, attention=fam["attention"], hidden_size=hidden, num_layers=n,
         num_heads=heads, num_kv_heads=1 if mla else int(cfg.get("num_key_value_heads") or heads),
-        head_dim=(mla.kv_lora_rank + mla.qk_rope_head_dim) if mla else int(cfg.get("head_dim") or hidden // heads),
-        intermediate_size=_dense_intermediate(cfg), vocab_size=need_int(cfg, "vocab_size", ctx),
+        head_dim=head_dim, intermediate_size=_dense_intermediate(cfg), vocab_size=need_int(cfg, "vocab_size", ctx),
         max_position_embeddings=_int_or(cfg, "max_position_embeddings", 2048),
         tie_word_embeddings=fam.get("tie") == "always" or bool(cfg.get("tie_word_embeddings", False)),
         dtype_bytes=_DTYPE_BYTES.get(dtype, 2), layer_norms=int(fam.get("norms", 2)),
@@ -290,6 +346,7 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
         layers=_layers(plan, mlps, set(owners)), moe=moe, mla=mla, indexer=indexer, state=state_spec(cfg, fam, ctx),
         supports_mamba_prefix_caching=bool(fam.get("supports_mamba_prefix_caching")), vllm_min=ssm_vllm_min,
         mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0), vision=_vision(raw, fam, arch, hidden, source),
+        rope_caches=rope_caches(cfg, fam, plan, head_dim, _DTYPE_BYTES.get(dtype, 2)),
         quant=scheme_from_config(cfg.get("quantization_config"), source=source),
     )
 

@@ -113,6 +113,22 @@ class StateSpec(Frozen):
     """The recurrent state's dtype when the model fixes it (config hook or hard-coded); None: the conv dtype."""
 
 
+class RopeCache(Frozen):
+    """One rotary cos/sin cache a model class registers at load (RotaryEmbeddingBase.__init__, a non-persistent
+    buffer, so vLLM's "Model loading took" counts it): ``rows`` positions x ``width`` (rotary_dim: cos and sin
+    halves) x ``dtype_bytes``, held once per rank by every stage with a layer whose mixer is in ``mixers`` (get_rope
+    shares one instance per key through _ROPE_DICT)."""
+
+    mixers: tuple[Mixer, ...]
+    rows: int
+    width: int
+    dtype_bytes: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.width * self.dtype_bytes
+
+
 class VisionSpec(Frozen):
     """One vision tower's shape (from vision_config, with the transformers class defaults for absent keys)."""
 
@@ -168,6 +184,7 @@ class ModelSpec(Frozen):
     vllm_min: str | None = None
     mtp_layers: int = 0
     vision: VisionSpec | None = None  # a multimodal wrapper's vision tower (forklift.model.vision)
+    rope_caches: tuple[RopeCache, ...] = ()  # only for families whose entry names them (architectures.yaml)
     quant: QuantScheme
 
     @property
@@ -191,6 +208,11 @@ class ModelSpec(Frozen):
 
     def param_count(self, *, include_mtp: bool = False) -> int:
         return sum(t.numel for t in self.tensors(include_mtp=include_mtp))
+
+    def rope_cache_bytes(self, start: int, end: int) -> int:
+        """Bytes of the rotary caches one rank of the stage holding layers [start, end) allocates at load."""
+        mixers = {layer.mixer for layer in self.layers[start:end]}
+        return sum(c.nbytes for c in self.rope_caches if mixers.intersection(c.mixers))
 
 
 def known_architectures() -> list[str]:

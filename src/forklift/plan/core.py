@@ -234,6 +234,7 @@ def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stor
     start, end = ctx.ranges[stage]
     first, last = stage == 0, stage == st.pp - 1
     weights = stored[stage] if stored is not None else table.stage(start, end, first, last)
+    weights += spec.rope_cache_bytes(start, end)  # rotary caches: allocated at load, in no checkpoint
     draft = draft_cost(ctx)  # [speculative] a separate draft (or MTP's embedding copy under PP) on the last stage
     if last and draft is not None:
         weights += draft.weight_bytes
@@ -283,6 +284,7 @@ def expert_share(ctx: Context) -> mem.ExpertShare:
     """The routed experts one rank holds (the busiest rank under EP) and the MXFP4 backend's padding."""
     st, spec = ctx.st, ctx.spec
     pad: tuple[int, int] | None = None
+    stored: tuple[int, int, int] | None = None
     if spec.quant.method == "mxfp4" and st.platform == "cuda":
         key = {"9": "9.0", "10": "10.0", "12": "12.1"}.get(st.capability.split(".")[0], "9.0")
         backend = rules.data()["mxfp4_backend"][key]
@@ -291,11 +293,22 @@ def expert_share(ctx: Context) -> mem.ExpertShare:
             keys = [k for k in inter if rules.version_key(k) <= rules.version_key(ctx.vr.version)] or list(inter)
             inter = inter[max(keys, key=rules.version_key)]
         pad = (int(backend["hidden"]), int(inter))
+        stored = _mxfp4_hopper_triton(ctx.vr.version) if backend["backend"] == "triton" and key == "9.0" else None
     if st.ep and spec.moe is not None:
         ways = st.tp * st.dp
         local = -(-spec.moe.n_routed // ways)
-        return mem.ExpertShare(tp=ways, local=local, total=spec.moe.n_routed, mxfp4_pad=pad)
-    return mem.ExpertShare(tp=st.tp * st.dp, mxfp4_pad=pad)
+        return mem.ExpertShare(tp=ways, local=local, total=spec.moe.n_routed, mxfp4_pad=pad, mxfp4_stored=stored)
+    return mem.ExpertShare(tp=st.tp * st.dp, mxfp4_pad=pad, mxfp4_stored=stored)
+
+
+def _mxfp4_hopper_triton(version: str) -> tuple[int, int, int] | None:
+    """The TRITON MXFP4 backend's stored layout on Hopper for this release (data/vllm.yaml mxfp4_hopper_triton)."""
+    table = rules.data()["mxfp4_hopper_triton"]
+    keys = [k for k in table if rules.version_key(k) <= rules.version_key(version)]
+    if not keys:
+        return None
+    e = table[max(keys, key=rules.version_key)]
+    return int(e["scale_k"]), int(e["scale_m"]), int(e["bias_bytes"])
 
 
 # --- [speculative] draft weights and KV: the arithmetic is forklift.speculative.sizing's -----------------------

@@ -67,6 +67,7 @@ class ExpertShare:
     local: int | None = None
     total: int | None = None
     mxfp4_pad: tuple[int, int] | None = None  # (hidden, intermediate-per-partition) round-up of the MXFP4 backend
+    mxfp4_stored: tuple[int, int, int] | None = None  # Hopper TRITON after swizzling: scale K and M multiples, bias B
 
     def fraction(self) -> float:
         if self.local is not None and self.total:
@@ -86,6 +87,15 @@ def _mxfp4_experts(spec: ModelSpec, t: Tensor, share: ExpertShare, nbytes_per: f
     experts = share.local if share.local is not None else spec.moe.n_routed
     hidden = _round_up(spec.hidden_size, pad_h)
     inter = _round_up(-(-spec.moe.intermediate // tp), pad_i)
+    if share.mxfp4_stored is not None:  # values 4 bits; each swizzled scale (N rows x K groups of 32) padded
+        k_mult, m_mult, bias_bytes = share.mxfp4_stored
+
+        def scales(rows: int, k: int) -> int:
+            return _round_up(rows, m_mult) * _round_up(_round_up(k // 32, k_mult), 2)
+
+        if t.linear:
+            return experts * (3 * hidden * inter / 2 + scales(2 * inter, hidden) + scales(hidden, inter))
+        return experts * (2 * inter + hidden) * bias_bytes
     if t.linear:
         return experts * 3 * hidden * inter * nbytes_per
     return experts * (2 * inter + hidden) * spec.dtype_bytes
