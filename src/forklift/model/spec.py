@@ -28,7 +28,7 @@ linear-attention / SSM mixer with a per-sequence state (gated DeltaNet, Mamba-2,
 Mlp = Literal["dense", "moe", "none"]
 Role = Literal["attn", "indexer", "mixer", "dense_mlp", "shared", "experts", "router", "norm", "embed", "lm_head",
                "mtp", "vision"]
-Tower = Literal["siglip", "qwen2_5_vit", "qwen3_vit"]
+Tower = Literal["siglip", "qwen2_5_vit", "qwen3_vit", "qwen3_5_vit"]
 STATE_MIXERS: tuple[Mixer, ...] = ("gdn", "mamba2", "kda")
 
 

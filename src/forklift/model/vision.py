@@ -26,7 +26,14 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3_vit": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "in_channels": 3,
                   "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 3584,
                   "num_position_embeddings": 2304, "deepstack_visual_indexes": [8, 16, 24]},
+    # Qwen3.5 builds the same Qwen3_VisionTransformer (qwen3_5.py Qwen3_5ForConditionalGeneration.__init__); its
+    # config class (transformers Qwen3_5VisionConfig) has no deepstack_visual_indexes, and qwen3_vl.py reads a
+    # missing attribute as [] (no deepstack mergers)
+    "qwen3_5_vit": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "in_channels": 3,
+                    "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 3584,
+                    "num_position_embeddings": 2304, "deepstack_visual_indexes": []},
 }
+_QWEN3_VIT = ("qwen3_vit", "qwen3_5_vit")
 
 
 def vision_spec(tower: Tower, raw: Mapping[str, Any], text_hidden: int, source: str) -> VisionSpec:
@@ -47,8 +54,8 @@ def vision_spec(tower: Tower, raw: Mapping[str, Any], text_hidden: int, source: 
                       intermediate=int(vc["intermediate_size"]), channels=int(vc["in_channels"]),
                       patch=int(vc["patch_size"]), temporal_patch=int(vc["temporal_patch_size"]),
                       merge=int(vc["spatial_merge_size"]), out_hidden=int(vc["out_hidden_size"]),
-                      positions=int(vc.get("num_position_embeddings") or 0) if tower == "qwen3_vit" else 0,
-                      deepstack=len(vc.get("deepstack_visual_indexes") or []) if tower == "qwen3_vit" else 0)
+                      positions=int(vc.get("num_position_embeddings") or 0) if tower in _QWEN3_VIT else 0,
+                      deepstack=len(vc.get("deepstack_visual_indexes") or []) if tower in _QWEN3_VIT else 0)
 
 
 def _t(mod: str, n: int, split: Split) -> Tensor:

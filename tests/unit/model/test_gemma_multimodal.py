@@ -82,3 +82,23 @@ def test_wrappers_without_a_tower_rule_are_refused(arch: str, what: str) -> None
     cfg = {"architectures": [arch], "text_config": {"num_hidden_layers": 2, "hidden_size": 64}}
     with pytest.raises(UnknownArchitectureError, match=what):
         from_config(cfg)
+
+
+@pytest.mark.parametrize("name", ["qwen3.5-27b.json", "qwen3.5-35b-a3b.json"])
+def test_qwen3_5_counts_its_vision_tower_without_deepstack(name: str) -> None:
+    # qwen3_5.py builds qwen3_vl.py's Qwen3_VisionTransformer on vision_config; Qwen3_5VisionConfig has no
+    # deepstack_visual_indexes, which Qwen3_VisionTransformer reads as [] (no deepstack mergers)
+    cfg = _load(name)
+    spec = from_config(cfg)
+    vc = cfg["vision_config"]
+    assert spec.vision is not None and spec.vision.deepstack == 0
+    h, i, out, m2 = vc["hidden_size"], vc["intermediate_size"], vc["out_hidden_size"], vc["spatial_merge_size"] ** 2
+    patch = vc["in_channels"] * vc["temporal_patch_size"] * vc["patch_size"] ** 2 * h + h  # Conv3d with bias
+    block = (2 * 2 * h  # norm1 / norm2 LayerNorm (weight + bias)
+             + h * 3 * h + 3 * h + h * h + h  # qkv and proj with biases
+             + h * i + i + i * h + h)  # linear_fc1 / linear_fc2 with biases
+    merger = 2 * h + (h * m2) * (h * m2) + h * m2 + (h * m2) * out + out  # LayerNorm over h, fc1, fc2
+    expected = patch + vc["num_position_embeddings"] * h + vc["depth"] * block + merger
+    assert spec.vision.param_count() == expected
+    text = {**cfg["text_config"], "architectures": ["Qwen3_5ForCausalLM"], "torch_dtype": "bfloat16"}
+    assert spec.param_count() - from_config(text).param_count() == expected
