@@ -176,6 +176,30 @@ def _layers_layer_types(cfg: Cfg, n: int, rule: dict[str, Any], ctx: tuple[str, 
     return [(values[full] if (i + 1) % interval == 0 else values[linear], None) for i in range(n)]
 
 
+def _layers_window(cfg: Cfg, n: int, rule: dict[str, Any], ctx: tuple[str, str]) -> LayerPlan:
+    """vLLM's two sources of a sliding window on Llama-style attention: a per-layer window where ``layer_types`` says
+    sliding_attention (llama.py / olmo3.py / exaone4.py ``*Attention.__init__``: per_layer_sliding_window), else the
+    model-level window: arg_utils.py create_engine_config sets CacheConfig.sliding_window to the config's
+    sliding_window unless layer_types mixes kinds (transformers_utils/config.py is_interleaved), and Attention uses
+    it for every layer without a per-layer window (attention.py Attention.__init__). ``interval``: the transformers
+    config class's layer_types fill when config.json has none (none: the class has no layer_types)."""
+    window = cfg.get("sliding_window")
+    if not window:  # absent, null or 0 (config/model.py ModelConfig: 0 means disabled)
+        return [("attention", None)] * n
+    types = cfg.get("layer_types")
+    if not (isinstance(types, list) and len(types) == n) and rule.get("interval_default") is not None:
+        interval = lookup(cfg, rule["interval_key"]) if rule.get("interval_key") else None
+        if interval is None:
+            interval = rule["interval_default"]
+        if not isinstance(interval, int) or interval < 1:
+            raise ModelError(f"{ctx[0]}: {ctx[1]} has no layer_types and a sliding-window pattern {interval!r} the "
+                             "planner does not expand", fix="Add the published config's layer_types to config.json.")
+        types = ["full_attention" if (i + 1) % interval == 0 else "sliding_attention" for i in range(n)]
+    if isinstance(types, list) and len(types) == n and len({str(t) for t in types}) > 1:
+        return _layers_layer_types({**cfg, "layer_types": types}, n, rule, ctx)
+    return [("sliding", None)] * n
+
+
 def _layers_pattern(cfg: Cfg, n: int, rule: dict[str, Any], ctx: tuple[str, str]) -> LayerPlan:
     pattern = str(cfg.get(rule["key"]) or "")
     plan: LayerPlan = []
@@ -200,7 +224,7 @@ def _layers_kda_list(cfg: Cfg, n: int, rule: dict[str, Any], ctx: tuple[str, str
 
 LAYER_RULES: dict[str, Callable[[Cfg, int, dict[str, Any], tuple[str, str]], LayerPlan]] = {
     "all": _layers_all, "alternate_sliding": _layers_alternate_sliding, "layer_types": _layers_layer_types,
-    "pattern": _layers_pattern, "kda_list": _layers_kda_list,
+    "pattern": _layers_pattern, "kda_list": _layers_kda_list, "window": _layers_window,
 }
 
 
@@ -340,7 +364,7 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
         max_position_embeddings=_int_or(cfg, "max_position_embeddings", 2048),
         tie_word_embeddings=fam.get("tie") == "always" or bool(cfg.get("tie_word_embeddings", False)),
         dtype_bytes=_DTYPE_BYTES.get(dtype, 2), layer_norms=int(fam.get("norms", 2)),
-        attention_bias=bool(cfg.get("attention_bias", False)),
+        attention_bias=bool(attn.get("qkv_bias")) or bool(cfg.get(attn.get("bias_key", "attention_bias"), False)),
         qk_norm=bool(attn.get("qk_norm")) or bool(cfg.get("use_qk_norm")) or cfg.get("model_type") == "qwen3",
         gated_q=bool(attn.get("gated_q")), sliding_window=int(sliding) if sliding else None,
         layers=_layers(plan, mlps, set(owners)), moe=moe, mla=mla, indexer=indexer, state=state_spec(cfg, fam, ctx),

@@ -98,7 +98,29 @@ def _nemotron(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result
     return moe, mlps
 
 
+def _ernie(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
+    """ernie45_moe.py Ernie4_5_MoeDecoderLayer.__init__: MoE where use_moe (default moe_num_experts > 0),
+    (i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i <= moe_layer_end_index (transformers
+    Ernie4_5_MoeConfig turns -1 into the last layer), else a dense MLP of intermediate_size; Ernie4_5_MoeMoE: gate
+    without bias plus e_score_correction_bias, moe_num_experts x moe_intermediate_size, top moe_k, one shared MLP of
+    moe_num_shared_experts x moe_intermediate_size."""
+    n_routed = need_int(cfg, "moe_num_experts", ctx)
+    use_moe = cfg.get("use_moe")
+    if not (n_routed > 0 if use_moe is None else bool(use_moe)):
+        return None, ["dense"] * n
+    start = int(cfg.get("moe_layer_start_index") or 0)
+    end = int(cfg["moe_layer_end_index"]) if cfg.get("moe_layer_end_index") is not None else n - 1
+    end = n - 1 if end == -1 else end
+    interval = int(cfg.get("moe_layer_interval") or 1)
+    dense = {i for i in range(n) if not ((i + 1) % interval == 0 and start <= i <= end)}
+    inter = need_int(cfg, "moe_intermediate_size", ctx)
+    shared = int(cfg.get("moe_num_shared_experts") or 0)
+    moe = MoESpec(n_routed=n_routed, top_k=need_int(cfg, "moe_k", ctx), n_shared=shared, intermediate=inter,
+                  shared_intermediate=shared * inter, dense_layers=tuple(sorted(dense)), router_bias=True)
+    return moe, _split(n, dense)
+
+
 MLP_RULES: dict[str, Callable[[Cfg, int, LayerPlan, tuple[str, str]], Result]] = {
     "dense": _dense, "deepseek_moe": _deepseek, "qwen_moe": _qwen, "minimax_moe": _minimax,
-    "gpt_oss_moe": _gpt_oss, "kimi_moe": _kimi, "nemotron": _nemotron,
+    "gpt_oss_moe": _gpt_oss, "kimi_moe": _kimi, "nemotron": _nemotron, "ernie_moe": _ernie,
 }

@@ -51,7 +51,9 @@ def _gqa(s: ModelSpec, o: _Out) -> None:
         o.add("self_attn.kv_proj.bias", 2 * s.num_kv_heads * d, "kv", linear=False)
         if s.family == "gpt_oss":
             o.add("self_attn.o_proj.bias", h, "replicated", linear=False)
-    if s.qk_norm:
+    if s.family == "olmo3":  # olmo3.py Olmo3Attention: q_norm over hidden_size, k_norm over kv heads x head_dim
+        o.add("self_attn.qk_norm", h + s.num_kv_heads * d, "replicated", linear=False)
+    elif s.qk_norm:
         o.add("self_attn.qk_norm", 2 * d, "replicated", linear=False)
     if s.family == "gpt_oss":
         o.add("self_attn.sinks", s.num_heads, "col", linear=False)
