@@ -286,6 +286,39 @@ def _rope_params(cfg: Cfg, mixer: str, label: str) -> dict[str, Any]:
     return dict(params) if isinstance(params, Mapping) else {}
 
 
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def derived_max_len(cfg: Cfg) -> tuple[int | None, str | None]:
+    """vLLM's derived max_model_len of a (text) config and the key it names (0.26
+    transformers_utils/model_arch_config_convertor.py derive_max_model_len_and_key: the smallest of the length keys,
+    model_max_length winning when set; config/model.py _get_and_verify_max_len: the rope scaling factor multiplies
+    it, yarn from original_max_position_embeddings, except "su" / "longrope" / "llama3" and Gemma-3, whose length is
+    already scaled). None when the config names no length key."""
+    present = [(int(cfg[k]), k) for k in _MAX_LEN_KEYS if isinstance(cfg.get(k), int | float)]
+    if not present:
+        return None, None
+    derived, key = min(present)
+    if isinstance(cfg.get("model_max_length"), int | float) and cfg["model_max_length"]:
+        derived, key = int(cfg["model_max_length"]), "model_max_length"
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+    if isinstance(params, Mapping) and params and "gemma3" not in str(cfg.get("model_type") or ""):
+        nested = not any(k in params for k in ("rope_type", "type", "factor", "rope_theta"))
+        factor: float = 1.0
+        length: float = derived
+        for rp in (params.values() if nested else [params]):
+            if not isinstance(rp, Mapping):
+                continue
+            kind = str(rp.get("rope_type") or rp.get("type") or "default")
+            if kind not in ("su", "longrope", "llama3"):
+                factor = float(rp.get("factor") or factor) if rp.get("factor") is not None else factor
+                if kind == "yarn" and rp.get("original_max_position_embeddings"):
+                    length = float(rp["original_max_position_embeddings"])
+        derived = int(length * factor)
+    return derived, key
+
+
 def _rope_rows(params: Mapping[str, Any], max_position: int) -> int:
     """Positions in the cos/sin cache get_rope builds (rotary_embedding/__init__.py get_rope @0.26.0): plain and
     llama3 rope max_position; linear max_position x factor (LinearScalingRotaryEmbedding._compute_cos_sin_cache);
@@ -357,11 +390,14 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     ssm_vllm_min = (fam.get("vllm_min") or {}).get(arch)
     head_dim = (mla.kv_lora_rank + mla.qk_rope_head_dim) if mla else int(cfg.get("head_dim") or hidden // heads)
+    max_len, max_len_key = derived_max_len(cfg)
     return ModelSpec(
         name=name, architecture=arch, family=family, attention=fam["attention"], hidden_size=hidden, num_layers=n,
         num_heads=heads, num_kv_heads=1 if mla else int(cfg.get("num_key_value_heads") or heads),
         head_dim=head_dim, intermediate_size=_dense_intermediate(cfg), vocab_size=need_int(cfg, "vocab_size", ctx),
         max_position_embeddings=_int_or(cfg, "max_position_embeddings", 2048),
+        derived_max_len=max_len, max_len_key=max_len_key,
+        model_max_length=int(cfg["model_max_length"]) if isinstance(cfg.get("model_max_length"), int) else None,
         tie_word_embeddings=fam.get("tie") == "always" or bool(cfg.get("tie_word_embeddings", False)),
         dtype_bytes=_DTYPE_BYTES.get(dtype, 2), layer_norms=int(fam.get("norms", 2)),
         attention_bias=bool(attn.get("qkv_bias")) or bool(cfg.get(attn.get("bias_key", "attention_bias"), False)),

@@ -168,6 +168,10 @@ class ModelSpec(Frozen):
     intermediate_size: int
     vocab_size: int
     max_position_embeddings: int
+    # vLLM's derived max_model_len (None: the config names none of its keys) and the key it came from
+    derived_max_len: int | None = None
+    max_len_key: str | None = None
+    model_max_length: int | None = None
     tie_word_embeddings: bool
     dtype_bytes: int
     attention_bias: bool = False

@@ -7,6 +7,7 @@ with notes, advice and the roofline. The KV manager is ``kvcache`` / ``kvspecs``
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from forklift.errors import HardwareError, PlanError
@@ -152,7 +153,7 @@ def settings(deployment: Deployment, spec: ModelSpec, profiles: list[HardwarePro
         platform=platform,
         util=None if platform == "cpu" else (s.gpu_memory_utilization or vr.gpu_memory_utilization),
         mnbt=s.max_num_batched_tokens or d_mnbt, seqs=s.max_num_seqs or d_seqs,
-        max_model_len=s.max_model_len or spec.max_position_embeddings,
+        max_model_len=s.max_model_len or spec.derived_max_len or 2048,  # vLLM's derived length, else its 2048
         kv_dtype=kvspecs.resolved_kv_dtype(s.kv_cache_dtype, spec, vr, prof.compute_capability),
         dtype_bytes=dtype_bytes, block=s.block_size, tp=par.tp, pp=par.pp, dcp=par.dcp,
         eager=s.enforce_eager or platform == "cpu", include_mtp=spec_method in _MTP_METHODS,
@@ -407,9 +408,33 @@ def _free_memory_error(ctx: Context, ranks: list[RankPlan]) -> str | None:
     return None
 
 
+def _allow_long(deployment: Deployment) -> bool:
+    """vLLM's envs.VLLM_ALLOW_LONG_MAX_MODEL_LEN ("1" or "true") in the recipe's env or every node's."""
+    def on(env: Mapping[str, str]) -> bool:
+        return env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0").strip().lower() in ("1", "true")
+    return on(deployment.recipe.env) or all(on({**deployment.recipe.env, **n.env}) for n in deployment.nodes)
+
+
+def max_len_error(ctx: Context) -> str | None:
+    """vLLM's config check (config/model.py _get_and_verify_max_len @0.26): a user max_model_len above the length
+    derived from the model's config is refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
+    spec, asked = ctx.spec, ctx.deployment.recipe.serve.max_model_len
+    derived = spec.derived_max_len
+    if asked is None or derived is None or asked <= derived or _allow_long(ctx.deployment):
+        return None
+    if spec.model_max_length is not None and asked <= spec.model_max_length:
+        return None
+    return (f"User-specified max_model_len ({asked}) is greater than the derived max_model_len "
+            f"({spec.max_len_key}={derived} or model_max_length={spec.model_max_length} in model's config.json). "
+            "To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.")
+
+
 def startup_error(ctx: Context, ranks: list[RankPlan], layouts: list[KvLayout], pools: list[int],
                   largest: int) -> str | None:
     """The first error vLLM would raise at startup, in vLLM's words, or None."""
+    long_error = max_len_error(ctx)
+    if long_error:
+        return long_error
     if ctx.st.platform == "cuda":
         free_error = _free_memory_error(ctx, ranks)
         if free_error:

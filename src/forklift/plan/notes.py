@@ -25,6 +25,11 @@ def _source_notes(core: Core) -> list[str]:
                      "vLLM's profile run spends on the multimodal encoder (dummy items up to the encoder budget, "
                      "their outputs held through the dummy forward) is not modelled, so the KV pool may be smaller "
                      "than planned (vLLM's --skip-mm-profiling skips that pass)")
+    asked = recipe.serve.max_model_len
+    if asked is not None and spec.derived_max_len is not None and asked > spec.derived_max_len:
+        notes.append(f"max_model_len {asked:,} is above the model's {spec.max_len_key} ({spec.derived_max_len:,}); "
+                     "VLLM_ALLOW_LONG_MAX_MODEL_LEN lets vLLM start, and it warns that RoPE positions past that "
+                     "length may give nan")
     if spec.mtp_layers and not st.include_mtp:
         notes.append(f"{spec.mtp_layers} MTP layer(s) not loaded (no MTP speculative decoding); "
                      f"PP splits {spec.num_layers} decoder layers")
