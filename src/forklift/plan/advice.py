@@ -8,7 +8,7 @@ from collections.abc import Callable
 from forklift.errors import ForkliftError, PlanError
 from forklift.plan import layout
 from forklift.plan import memory as mem
-from forklift.plan.core import GIB, Core, context, core
+from forklift.plan.core import GIB, Core, context, core, max_len_error
 from forklift.plan.model import Advice
 from forklift.recipe.deployment import Deployment
 
@@ -148,8 +148,24 @@ def _one_more_node(c: Core) -> list[Advice]:
                     f"KV pool {min(alt.pools) / GIB:.2f} GiB per rank; {alt.kv_tokens:,} KV tokens")]
 
 
+def _model_length(c: Core) -> list[Advice]:
+    """vLLM refuses a max_model_len above the model's own: the model's length, or the override (at a risk)."""
+    derived, out = c.ctx.spec.derived_max_len, []
+    for action, sets in [(f"the model's context: max_model_len {c.settings.max_model_len} -> {derived}",
+                          [f"serve.max_model_len={derived}"]),
+                         ("allow a longer context than the model's config (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; RoPE "
+                          "positions past the model's length may give nan)", ["env.VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"])]:
+        alt = _with_sets(c, sets)
+        if alt is not None and max_len_error(alt.ctx) is None:
+            out.append(_advice(action, sets, alt, f"KV pool {min(alt.pools) / GIB:.2f} GiB per rank; "
+                               f"{alt.kv_tokens:,} KV tokens" + ("; fits" if alt.fits else "; still short")))
+    return out
+
+
 def advice(c: Core) -> list[Advice]:
     """The ways out of a plan that does not fit, each with its re-planned effect; empty when it fits."""
     if c.fits:
         return []
+    if max_len_error(c.ctx) is not None:
+        return _model_length(c)
     return [*_ladder(c), *_context_and_dcp(c), *_one_more_node(c)]

@@ -75,3 +75,10 @@ def test_within_the_length_and_the_default(tmp_path: Path) -> None:
     scaled = {**LLAMA, "rope_scaling": {"type": "dynamic", "factor": 2.0}}
     assert make(recipe_for(tmp_path, scaled)).max_model_len == 2 * LLAMA["max_position_embeddings"]
     assert make(recipe_for(tmp_path, scaled, max_model_len=8192)).fits
+
+
+def test_the_advice_names_the_models_length_and_the_override(tmp_path: Path) -> None:
+    plan = make(recipe_for(tmp_path, LLAMA, max_model_len=8192))
+    assert [a.set for a in plan.advice] == [[f"serve.max_model_len={LLAMA['max_position_embeddings']}"],
+                                            ["env.VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"]]
+    assert all(a.fits for a in plan.advice)
