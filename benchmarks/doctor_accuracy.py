@@ -7,15 +7,16 @@ Parts (``benchmarks/_doctor_corpus.py`` loads them):
   The batches not trained on yet (``out_of_sample_batches``: those outside ``DEV_BATCHES``; g since round 5)
   give the out-of-sample figure, printed first, per batch and per category.
 - ``heldout``: the round-2 corpus's held-out threads (split by a hash of the thread before any rule or model
-  was written; ``tests/data/doctor/corpus/split.yaml``). Never used to write or tune rules, nor to train the
-  classifier, but measured in rounds 3 and 4, so no longer clean: a reference figure.
-- ``train``: the rest of the round-2 corpus (rules were written from it, the classifier trained on it).
-
-Since round 5 the classifier is trained on all of these parts (scripts/doctor_train.py: DEV_BATCHES), so
-every figure here is in-sample for it; the out-of-sample figure is a fresh batch collected after that
-training, and the development figure is grouped cross-validation by thread (round 5's notes).
+  was written; ``tests/data/doctor/corpus/split.yaml``). Never used to write or tune rules; measured in rounds 3
+  and 4, so no longer clean: a reference figure.
+- ``train``: the rest of the round-2 corpus (rules were written from it).
 - ``old-insample`` / ``old-heldout``: round 1's excerpts and its held-out batch, relabelled to the round-2
   taxonomy (``RELABEL``); reported apart.
+
+Since round 5 the classifier is trained on every part measured before (train, held-out, the fresh batches in
+``DEV_BATCHES``, round 1's corpus: scripts/doctor_train.py), so those figures are in-sample for it; the
+out-of-sample figure is the fresh batch collected after that training, and the development figure is the grouped
+cross-validation by thread of scripts/doctor_cv.py.
 
 Per part: top-1 category accuracy (the top finding: first error/warning finding, else the first note),
 "no finding" rate, "unsure" rate (top probability below the threshold; the top candidate still counts for

@@ -2,7 +2,7 @@
 
     PYTHONPATH=src:.:/path/to/scikit-learn python scripts/doctor_cv.py [--folds 10] [--c 10]
 
-Items: every labelled item of scripts/doctor_train.py's ``training_items`` (the corpus's train and held-out
+Items: every labelled item of ``training_items`` (benchmarks/_doctor_corpus.py) (the corpus's train and held-out
 parts, the fresh batches in DEV_BATCHES, the older corpus). Folds: GroupKFold by source thread. Per fold the
 classifier is refitted as the training script fits it (the fold's own vocabulary, the knowledge documents
 without the rules' example lines), and its out-of-fold probabilities (temperature fitted on them) feed the

@@ -62,6 +62,8 @@ PRUNE_LEVELS = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
 MAX_BYTES = 560 * 1024
 DIGITS = 2
 THRESHOLD = 0.5
+
+
 def knowledge(classes: list[str], *, examples: bool) -> tuple[list[Counter[str]], list[int]]:
     """Documents written from the rules and the category descriptions (labels: their category)."""
     docs: list[Counter[str]] = []

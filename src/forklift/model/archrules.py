@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from forklift.errors import ModelError, UnknownArchitectureError
 from forklift.model.quant import scheme_from_config
@@ -290,33 +290,61 @@ _MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_l
                  "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
 
 
-def derived_max_len(cfg: Cfg) -> tuple[int | None, str | None]:
-    """vLLM's derived max_model_len of a (text) config and the key it names (0.26
-    transformers_utils/model_arch_config_convertor.py derive_max_model_len_and_key: the smallest of the length keys,
-    model_max_length winning when set; config/model.py _get_and_verify_max_len: the rope scaling factor multiplies
-    it, yarn from original_max_position_embeddings, except "su" / "longrope" / "llama3" and Gemma-3, whose length is
-    already scaled). None when the config names no length key."""
-    present = [(int(cfg[k]), k) for k in _MAX_LEN_KEYS if isinstance(cfg.get(k), int | float)]
+class MaxLen(NamedTuple):
+    """vLLM's derived max_model_len, the key it names, the number as vLLM prints it, and the default length."""
+
+    derived: int | None
+    key: str | None
+    text: str | None
+    default: int | None
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ModelError(f"config.json: {what} is {value!r}, not a number",
+                         fix=f"Fix {what} in config.json (the published config has a number there).")
+    return float(value)
+
+
+def max_len_facts(cfg: Cfg) -> MaxLen:
+    """vLLM's derived max_model_len of a (text) config (0.26 transformers_utils/model_arch_config_convertor.py
+    derive_max_model_len_and_key: the smallest length key, the first in vLLM's order on ties, model_max_length
+    winning when set; config/model.py _get_and_verify_max_len: the rope factor multiplies it, yarn from
+    original_max_position_embeddings, except "su" / "longrope" / "llama3" and Gemma-3, whose length is already
+    scaled; a null factor counts 1.0; with rope the number is a float in vLLM's message; with longrope and no
+    max_model_len the default is original_max_position_embeddings). All None when the config names no length."""
+    present = [(int(_number(cfg[k], k)), i, k) for i, k in enumerate(_MAX_LEN_KEYS) if cfg.get(k) is not None]
     if not present:
-        return None, None
-    derived, key = min(present)
-    if isinstance(cfg.get("model_max_length"), int | float) and cfg["model_max_length"]:
-        derived, key = int(cfg["model_max_length"]), "model_max_length"
-    params = cfg.get("rope_parameters") or cfg.get("rope_scaling")
-    if isinstance(params, Mapping) and params and "gemma3" not in str(cfg.get("model_type") or ""):
-        nested = not any(k in params for k in ("rope_type", "type", "factor", "rope_theta"))
-        factor: float = 1.0
-        length: float = derived
-        for rp in (params.values() if nested else [params]):
-            if not isinstance(rp, Mapping):
-                continue
-            kind = str(rp.get("rope_type") or rp.get("type") or "default")
-            if kind not in ("su", "longrope", "llama3"):
-                factor = float(rp.get("factor") or factor) if rp.get("factor") is not None else factor
-                if kind == "yarn" and rp.get("original_max_position_embeddings"):
-                    length = float(rp["original_max_position_embeddings"])
-        derived = int(length * factor)
-    return derived, key
+        return MaxLen(None, None, None, None)
+    derived, _, key = min(present)
+    if cfg.get("model_max_length"):
+        derived, key = int(_number(cfg["model_max_length"], "model_max_length")), "model_max_length"
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}  # transformers 5 fills a default
+    if not isinstance(params, Mapping) or "gemma3" in str(cfg.get("model_type") or ""):
+        return MaxLen(derived, key, str(derived), derived)
+    nested = params and not any(k in params for k in ("rope_type", "type", "factor", "rope_theta"))
+    entries = [rp for rp in (params.values() if nested else [params]) if isinstance(rp, Mapping)]
+    factor: float | None = 1.0
+    length = float(derived)
+    for rp in entries:
+        kind = str(rp.get("rope_type") or rp.get("type") or "default")
+        if kind in ("su", "longrope", "llama3"):
+            continue
+        if "factor" in rp:
+            factor = None if rp["factor"] is None else _number(rp["factor"], "rope factor")
+        if kind == "yarn":
+            length = _number(rp.get("original_max_position_embeddings"), "yarn original_max_position_embeddings")
+    scaled = length * (1.0 if factor is None else factor)
+    default = int(scaled)
+    if any(str(rp.get("rope_type") or rp.get("type")) == "longrope" for rp in entries):
+        default = int(_number(cfg.get("original_max_position_embeddings", scaled), "original_max_position_embeddings"))
+    return MaxLen(int(scaled), key, str(scaled), default)
+
+
+def derived_max_len(cfg: Cfg) -> tuple[int | None, str | None]:
+    """vLLM's derived max_model_len and the key it names (``max_len_facts``)."""
+    facts = max_len_facts(cfg)
+    return facts.derived, facts.key
 
 
 def _rope_rows(params: Mapping[str, Any], max_position: int) -> int:
@@ -328,10 +356,12 @@ def _rope_rows(params: Mapping[str, Any], max_position: int) -> int:
     if kind in ("default", "llama3"):
         return max_position
     if kind == "linear":
-        factors = params["factor"] if isinstance(params["factor"], list) else [params["factor"]]
-        return sum(int(max_position * float(f)) for f in factors)
+        raw = params.get("factor")
+        factors = raw if isinstance(raw, list) else [raw]
+        return sum(int(max_position * _number(f, "linear rope factor")) for f in factors)
     if kind == "yarn":
-        return int(int(params["original_max_position_embeddings"]) * float(params["factor"]))
+        return int(_number(params.get("original_max_position_embeddings"), "yarn original_max_position_embeddings")
+                   * _number(params.get("factor"), "yarn rope factor"))
     return 0
 
 
@@ -390,13 +420,14 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     ssm_vllm_min = (fam.get("vllm_min") or {}).get(arch)
     head_dim = (mla.kv_lora_rank + mla.qk_rope_head_dim) if mla else int(cfg.get("head_dim") or hidden // heads)
-    max_len, max_len_key = derived_max_len(cfg)
+    max_len = max_len_facts(cfg)
     return ModelSpec(
         name=name, architecture=arch, family=family, attention=fam["attention"], hidden_size=hidden, num_layers=n,
         num_heads=heads, num_kv_heads=1 if mla else int(cfg.get("num_key_value_heads") or heads),
         head_dim=head_dim, intermediate_size=_dense_intermediate(cfg), vocab_size=need_int(cfg, "vocab_size", ctx),
         max_position_embeddings=_int_or(cfg, "max_position_embeddings", 2048),
-        derived_max_len=max_len, max_len_key=max_len_key,
+        derived_max_len=max_len.derived, max_len_key=max_len.key, derived_max_len_text=max_len.text,
+        default_max_len=max_len.default,
         model_max_length=int(cfg["model_max_length"]) if isinstance(cfg.get("model_max_length"), int) else None,
         tie_word_embeddings=fam.get("tie") == "always" or bool(cfg.get("tie_word_embeddings", False)),
         dtype_bytes=_DTYPE_BYTES.get(dtype, 2), layer_norms=int(fam.get("norms", 2)),

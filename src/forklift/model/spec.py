@@ -171,6 +171,8 @@ class ModelSpec(Frozen):
     # vLLM's derived max_model_len (None: the config names none of its keys) and the key it came from
     derived_max_len: int | None = None
     max_len_key: str | None = None
+    derived_max_len_text: str | None = None  # as vLLM prints it (a float when rope scaling applies)
+    default_max_len: int | None = None  # vLLM's max_model_len when the recipe sets none
     model_max_length: int | None = None
     tie_word_embeddings: bool
     dtype_bytes: int

@@ -7,7 +7,6 @@ with notes, advice and the roofline. The KV manager is ``kvcache`` / ``kvspecs``
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from forklift.errors import HardwareError, PlanError
@@ -153,7 +152,7 @@ def settings(deployment: Deployment, spec: ModelSpec, profiles: list[HardwarePro
         platform=platform,
         util=None if platform == "cpu" else (s.gpu_memory_utilization or vr.gpu_memory_utilization),
         mnbt=s.max_num_batched_tokens or d_mnbt, seqs=s.max_num_seqs or d_seqs,
-        max_model_len=s.max_model_len or spec.derived_max_len or 2048,  # vLLM's derived length, else its 2048
+        max_model_len=s.max_model_len or spec.default_max_len or 2048,  # vLLM's derived length, else its 2048
         kv_dtype=kvspecs.resolved_kv_dtype(s.kv_cache_dtype, spec, vr, prof.compute_capability),
         dtype_bytes=dtype_bytes, block=s.block_size, tp=par.tp, pp=par.pp, dcp=par.dcp,
         eager=s.enforce_eager or platform == "cpu", include_mtp=spec_method in _MTP_METHODS,
@@ -366,7 +365,7 @@ def core(ctx: Context, *, use_calibration: bool = True) -> Core:
         layouts.append(stages[stage])
         pools.append(pool)
     n_blocks = min(r.num_blocks for r in ranks)
-    upper = max(st.max_model_len, spec.max_position_embeddings)
+    upper = max(st.max_model_len, spec.derived_max_len or spec.max_position_embeddings)
     largest = _largest_len(ctx, layouts, pools, upper)
     return Core(ctx=ctx, ranks=ranks, layouts=layouts, pools=pools, num_blocks=n_blocks,
                 kv_tokens=layouts[0].tokens(n_blocks), max_conc=layouts[0].concurrency(n_blocks),
@@ -408,25 +407,35 @@ def _free_memory_error(ctx: Context, ranks: list[RankPlan]) -> str | None:
     return None
 
 
-def _allow_long(deployment: Deployment) -> bool:
-    """vLLM's envs.VLLM_ALLOW_LONG_MAX_MODEL_LEN ("1" or "true") in the recipe's env or every node's."""
-    def on(env: Mapping[str, str]) -> bool:
-        return env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0").strip().lower() in ("1", "true")
-    return on(deployment.recipe.env) or all(on({**deployment.recipe.env, **n.env}) for n in deployment.nodes)
+def allow_long(deployment: Deployment) -> bool:
+    """vLLM's envs.VLLM_ALLOW_LONG_MAX_MODEL_LEN ("1" or "true") where the engine's ModelConfig is built: the
+    first node (the API server's), with its env over the recipe's."""
+    env = {**deployment.recipe.env, **deployment.nodes[0].env}
+    return env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0").strip().lower() in ("1", "true")
+
+
+def above_model_len(spec: ModelSpec, asked: int | None) -> bool:
+    """A requested max_model_len vLLM refuses without VLLM_ALLOW_LONG_MAX_MODEL_LEN (above the derived length and
+    above the config's model_max_length, when it has one)."""
+    derived = spec.derived_max_len
+    if asked is None or derived is None or asked <= derived:
+        return False
+    return spec.model_max_length is None or asked > spec.model_max_length
 
 
 def max_len_error(ctx: Context) -> str | None:
-    """vLLM's config check (config/model.py _get_and_verify_max_len @0.26): a user max_model_len above the length
-    derived from the model's config is refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
+    """vLLM's config check (config/model.py _get_and_verify_max_len @0.26), in its words: a user max_model_len
+    above the length derived from the model's config is refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
     spec, asked = ctx.spec, ctx.deployment.recipe.serve.max_model_len
-    derived = spec.derived_max_len
-    if asked is None or derived is None or asked <= derived or _allow_long(ctx.deployment):
-        return None
-    if spec.model_max_length is not None and asked <= spec.model_max_length:
+    if not above_model_len(spec, asked) or allow_long(ctx.deployment):
         return None
     return (f"User-specified max_model_len ({asked}) is greater than the derived max_model_len "
-            f"({spec.max_len_key}={derived} or model_max_length={spec.model_max_length} in model's config.json). "
-            "To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.")
+            f"({spec.max_len_key}={spec.derived_max_len_text} or model_max_length={spec.model_max_length} in "
+            "model's config.json). To allow overriding this maximum, set the env var "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the "
+            "model uses relative position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If "
+            "the model uses absolute position encoding, positions exceeding derived_max_model_len will cause a CUDA "
+            "array out-of-bounds error.")
 
 
 def startup_error(ctx: Context, ranks: list[RankPlan], layouts: list[KvLayout], pools: list[int],

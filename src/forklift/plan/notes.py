@@ -5,7 +5,7 @@ from __future__ import annotations
 from forklift import speculative
 from forklift.model.spec import ModelSpec
 from forklift.plan import rules
-from forklift.plan.core import GIB, Core, draft_cost
+from forklift.plan.core import GIB, Core, above_model_len, allow_long, draft_cost
 from forklift.recipe.schema import Recipe
 from forklift.recipe.speculative import DRAFTED_METHODS
 from forklift.speculative import sizing
@@ -26,7 +26,7 @@ def _source_notes(core: Core) -> list[str]:
                      "their outputs held through the dummy forward) is not modelled, so the KV pool may be smaller "
                      "than planned (vLLM's --skip-mm-profiling skips that pass)")
     asked = recipe.serve.max_model_len
-    if asked is not None and spec.derived_max_len is not None and asked > spec.derived_max_len:
+    if asked is not None and above_model_len(spec, asked) and allow_long(ctx.deployment):
         notes.append(f"max_model_len {asked:,} is above the model's {spec.max_len_key} ({spec.derived_max_len:,}); "
                      "VLLM_ALLOW_LONG_MAX_MODEL_LEN lets vLLM start, and it warns that RoPE positions past that "
                      "length may give nan")

@@ -79,5 +79,3 @@ def test_training_reads_only_measured_data() -> None:
     for name in DEV_BATCHES:
         assert set(split["fresh_batches"][name]["threads"]) <= trained, name
     assert set(split["heldout_threads"]) & trained
-    source = (REPO / "scripts" / "doctor_train.py").read_text()
-    assert "import Item, training_items" in source and "scratch" not in source

@@ -107,3 +107,13 @@ def test_sliding_hybrid_needed_bytes_and_largest_len_follow_vllm(sliding: int, f
     assert lay.needed_bytes() == memory(upper)
     for pool in (int(0.6 * GIB), int(1.51 * GIB), memory(upper) - 1, memory(upper)):
         assert largest_fitting_len([lay], [pool], upper) == _vllm_largest(memory, pool, upper)
+
+
+def test_gpt_oss_plans_on_every_generation_the_backend_table_names(tmp_path: Path) -> None:
+    """Hopper (TRITON), Blackwell (FlashInfer TRT-LLM) and GB10 (Marlin): each pads MXFP4 its own way; the Hopper
+    layout entry must not hide the others (a gpt-oss plan on a Spark once ended in a KeyError)."""
+    config = Path(__file__).resolve().parents[3] / "src" / "forklift" / "model" / "configs" / "gpt-oss-120b.json"
+    weights = {hw: make(recipe_for(tmp_path, config, hardware=hw, max_model_len=8192)).ranks[0].weights_gib
+               for hw in ("h200", "b200", "gb10")}
+    assert all(w > 50 for w in weights.values()), weights  # ~117 B parameters, most in 4.25-bit experts
+    assert weights["b200"] > weights["h200"]  # TRT-LLM pads hidden to 256 (2880 -> 3072); TRITON does not

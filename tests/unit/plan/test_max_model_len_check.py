@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from forklift.errors import ModelError
 from forklift.model.archrules import derived_max_len
 from forklift.plan import make
 from forklift.recipe.load import validate
@@ -59,8 +60,9 @@ def test_a_length_above_the_model_is_refused_unless_allowed(tmp_path: Path) -> N
     plan = make(recipe_for(tmp_path, LLAMA, max_model_len=8192))
     assert not plan.fits
     assert plan.error is not None
+    # vLLM multiplies the length by the rope factor (1.0 without scaling), so its message prints a float
     assert plan.error.startswith("User-specified max_model_len (8192) is greater than the derived max_model_len "
-                                 "(max_position_embeddings=4096")
+                                 "(max_position_embeddings=4096.0 or model_max_length=None")
     assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in plan.error
 
     allowed = recipe_for(tmp_path, LLAMA, max_model_len=8192).model_dump()
@@ -82,3 +84,29 @@ def test_the_advice_names_the_models_length_and_the_override(tmp_path: Path) -> 
     assert [a.set for a in plan.advice] == [[f"serve.max_model_len={LLAMA['max_position_embeddings']}"],
                                             ["env.VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"]]
     assert all(a.fits for a in plan.advice)
+
+
+def test_ties_longrope_and_bad_values(tmp_path: Path) -> None:
+    # equal lengths: the first key in vLLM's list wins (n_positions before max_seq_len)
+    assert derived_max_len({"n_positions": 2048, "max_seq_len": 2048}) == (2048, "n_positions")
+    # longrope (Phi-3-128k style): not scaled; with no max_model_len vLLM starts at original_max_position_embeddings
+    phi = {**LLAMA, "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+           "rope_scaling": {"type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}}
+    assert derived_max_len(phi) == (131072, "max_position_embeddings")
+    assert make(recipe_for(tmp_path, phi)).max_model_len == 4096
+    assert make(recipe_for(tmp_path, phi, max_model_len=131072)).fits
+    # a null factor counts 1.0; a factor that is not a number is the user's config error, not a traceback
+    assert derived_max_len({**LLAMA, "rope_scaling": {"type": "dynamic", "factor": None}})[0] == 4096
+    with pytest.raises(ModelError, match="rope factor"):
+        derived_max_len({**LLAMA, "rope_scaling": {"type": "dynamic", "factor": "x"}})
+
+
+def test_the_override_counts_on_the_first_node(tmp_path: Path) -> None:
+    data = recipe_for(tmp_path, LLAMA, max_model_len=8192).model_dump()
+    data["nodes"] = [{"host": "node0", "hardware": "h200", "env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}},
+                     {"host": "node1", "hardware": "h200"}]
+    data["parallel"]["pp"] = 2
+    assert make(validate(data)).fits
+    data["env"] = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
+    data["nodes"][0]["env"] = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "0"}
+    assert not make(validate(data)).fits
