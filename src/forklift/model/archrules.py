@@ -274,11 +274,21 @@ def state_spec(cfg: Cfg, fam: dict[str, Any], ctx: tuple[str, str]) -> StateSpec
 _LAYER_TYPE = {"attention": "full_attention", "sliding": "sliding_attention"}
 
 
+def _rope_config(cfg: Cfg) -> Any:
+    """The config's rope parameters: transformers 5's rope_parameters, else the older rope_scaling (None if neither)."""
+    return cfg.get("rope_parameters") or cfg.get("rope_scaling")
+
+
+def _rope_kind(params: Mapping[str, Any]) -> str:
+    """A rope entry's type, under either spelling (rope_type, or the older type); plain rope when it names none."""
+    return str(params.get("rope_type") or params.get("type") or "default")
+
+
 def _rope_params(cfg: Cfg, mixer: str, label: str) -> dict[str, Any]:
     """The rope parameters one layer kind passes to get_rope: a transformers-v5 per-layer-type entry of
     rope_parameters when present (gemma3.py Gemma3Attention.__init__), else plain rope for ``default`` (the
     sliding layers' local rope), else the config's rope_parameters / rope_scaling."""
-    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    params = _rope_config(cfg) or {}
     if isinstance(params, Mapping) and isinstance(params.get(_LAYER_TYPE.get(mixer, "")), Mapping):
         return dict(params[_LAYER_TYPE[mixer]])
     if label == "default":
@@ -291,12 +301,14 @@ _MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_l
 
 
 class MaxLen(NamedTuple):
-    """vLLM's derived max_model_len, the key it names, the number as vLLM prints it, and the default length."""
+    """vLLM's derived max_model_len, the key it names, the number as vLLM prints it, the default length, and the
+    config's own model_max_length (an integer, else None), which vLLM also lets a request reach."""
 
     derived: int | None
     key: str | None
     text: str | None
     default: int | None
+    model_max_length: int | None = None
 
 
 def _number(value: Any, what: str) -> float:
@@ -314,20 +326,21 @@ def max_len_facts(cfg: Cfg) -> MaxLen:
     scaled; a null factor counts 1.0; with rope the number is a float in vLLM's message; with longrope and no
     max_model_len the default is original_max_position_embeddings). All None when the config names no length."""
     present = [(int(_number(cfg[k], k)), i, k) for i, k in enumerate(_MAX_LEN_KEYS) if cfg.get(k) is not None]
+    mml = int(cfg["model_max_length"]) if isinstance(cfg.get("model_max_length"), int) else None
     if not present:
-        return MaxLen(None, None, None, None)
+        return MaxLen(None, None, None, None, mml)
     derived, _, key = min(present)
     if cfg.get("model_max_length"):
         derived, key = int(_number(cfg["model_max_length"], "model_max_length")), "model_max_length"
-    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}  # transformers 5 fills a default
+    params = _rope_config(cfg) or {}  # transformers 5 fills a default
     if not isinstance(params, Mapping) or "gemma3" in str(cfg.get("model_type") or ""):
-        return MaxLen(derived, key, str(derived), derived)
+        return MaxLen(derived, key, str(derived), derived, mml)
     nested = params and not any(k in params for k in ("rope_type", "type", "factor", "rope_theta"))
     entries = [rp for rp in (params.values() if nested else [params]) if isinstance(rp, Mapping)]
     factor: float | None = 1.0
     length = float(derived)
     for rp in entries:
-        kind = str(rp.get("rope_type") or rp.get("type") or "default")
+        kind = _rope_kind(rp)
         if kind in ("su", "longrope", "llama3"):
             continue
         if "factor" in rp:
@@ -336,9 +349,9 @@ def max_len_facts(cfg: Cfg) -> MaxLen:
             length = _number(rp.get("original_max_position_embeddings"), "yarn original_max_position_embeddings")
     scaled = length * (1.0 if factor is None else factor)
     default = int(scaled)
-    if any(str(rp.get("rope_type") or rp.get("type")) == "longrope" for rp in entries):
+    if any(_rope_kind(rp) == "longrope" for rp in entries):
         default = int(_number(cfg.get("original_max_position_embeddings", scaled), "original_max_position_embeddings"))
-    return MaxLen(int(scaled), key, str(scaled), default)
+    return MaxLen(int(scaled), key, str(scaled), default, mml)
 
 
 def derived_max_len(cfg: Cfg) -> tuple[int | None, str | None]:
@@ -352,7 +365,7 @@ def _rope_rows(params: Mapping[str, Any], max_position: int) -> int:
     llama3 rope max_position; linear max_position x factor (LinearScalingRotaryEmbedding._compute_cos_sin_cache);
     yarn original_max_position_embeddings x factor (get_rope passes the original length,
     YaRNScalingRotaryEmbedding._compute_cos_sin_cache multiplies). Other kinds: 0 (not modelled)."""
-    kind = str(params.get("rope_type") or params.get("type") or "default")
+    kind = _rope_kind(params)
     if kind in ("default", "llama3"):
         return max_position
     if kind == "linear":
@@ -427,8 +440,7 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
         head_dim=head_dim, intermediate_size=_dense_intermediate(cfg), vocab_size=need_int(cfg, "vocab_size", ctx),
         max_position_embeddings=_int_or(cfg, "max_position_embeddings", 2048),
         derived_max_len=max_len.derived, max_len_key=max_len.key, derived_max_len_text=max_len.text,
-        default_max_len=max_len.default,
-        model_max_length=int(cfg["model_max_length"]) if isinstance(cfg.get("model_max_length"), int) else None,
+        default_max_len=max_len.default, model_max_length=max_len.model_max_length,
         tie_word_embeddings=fam.get("tie") == "always" or bool(cfg.get("tie_word_embeddings", False)),
         dtype_bytes=_DTYPE_BYTES.get(dtype, 2), layer_norms=int(fam.get("norms", 2)),
         attention_bias=bool(attn.get("qkv_bias")) or bool(cfg.get(attn.get("bias_key", "attention_bias"), False)),
