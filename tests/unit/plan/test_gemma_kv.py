@@ -8,13 +8,9 @@ from pathlib import Path
 import pytest
 
 from forklift.plan import make
-from tests.unit.plan.conftest import recipe_for
+from tests.unit.plan.conftest import CONFIGS, cdiv, recipe_for
 
-GEMMA3 = Path(__file__).resolve().parents[3] / "tests" / "data" / "configs" / "gemma-3-27b-it.json"
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+GEMMA3 = CONFIGS / "gemma-3-27b-it.json"
 
 
 @pytest.mark.parametrize("tp", [1, 2])

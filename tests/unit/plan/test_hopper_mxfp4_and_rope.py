@@ -15,17 +15,13 @@ import pytest
 
 from forklift.plan import make
 from forklift.plan.kvcache import KvConfig, LayerKv, largest_fitting_len, layout
-from tests.unit.plan.conftest import recipe_for
+from tests.unit.plan.conftest import cdiv, recipe_for
 
 GIB = 2**30
 
 
 def up(x: int, m: int) -> int:
     return -(-x // m) * m
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 H, INTER, E, V, HEADS, KV, HD, LAYERS = 2880, 2880, 128, 8192, 64, 8, 64, 2

@@ -9,13 +9,9 @@ from pathlib import Path
 import pytest
 
 from forklift.plan import make
-from tests.unit.plan.conftest import recipe_for
+from tests.unit.plan.conftest import CONFIGS, cdiv, recipe_for
 
-PHI3 = Path(__file__).resolve().parents[3] / "tests" / "data" / "configs" / "phi-3-mini-4k-instruct.json"
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+PHI3 = CONFIGS / "phi-3-mini-4k-instruct.json"
 
 
 @pytest.mark.parametrize("mnbt", [512, 2048])
