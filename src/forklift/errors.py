@@ -126,6 +126,18 @@ class RunnerError(ForkliftError):
     """A command could not be run on a host."""
 
 
+class SshTargetError(RunnerError):
+    """An ssh destination that is not ``[user@]host[:port]`` (it could be read as an ssh option)."""
+
+    exit_code = 2
+
+
+class EnvNameError(RunnerError):
+    """An environment variable name that is not ``[A-Za-z_][A-Za-z0-9_]*``, or a value that cannot be passed."""
+
+    exit_code = 2
+
+
 class RemoteCommandError(RunnerError):
     """A command ran and failed."""
 
@@ -178,6 +190,20 @@ class RunNameError(RunError):
     exit_code = 2
 
 
+class UnreadableRecordError(RunError):
+    """A run record that is not valid JSON of the record's shape (truncated, edited, another program's)."""
+
+
+class RecordNewerError(RunError):
+    """A run record written by a newer forklift than this one."""
+
+
+class StateDirError(ForkliftError):
+    """forklift's state folder (FORKLIFT_HOME) cannot be written."""
+
+    exit_code = 2
+
+
 class RunAlreadyRunningError(RunError):
     """``up`` with a name whose deployment is still alive."""
 
@@ -194,9 +220,14 @@ class PortInUseError(ForkliftError):
 
 
 class EndpointError(ForkliftError):
-    """The server could not be reached or answered something an OpenAI-compatible server does not."""
+    """The server could not be reached or answered something an OpenAI-compatible server does not.
+    ``status_code`` is the HTTP status when the server answered one."""
 
     exit_code = 2
+
+    def __init__(self, message: str, *, fix: str | None = None, status_code: int | None = None) -> None:
+        self.status_code = status_code
+        super().__init__(message, fix=fix)
 
 
 class ApiKeyMissingError(EndpointError):

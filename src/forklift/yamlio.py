@@ -17,3 +17,38 @@ _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def load_data(text: str) -> Any:
     """One YAML document from a file forklift ships, with a safe loader."""
     return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader (libyaml's or PyYAML's)
+
+
+class _UserLoader(yaml.SafeLoader):
+    """Recipes, cluster files and ``--set`` values: PyYAML's safe loader, except that an unquoted date stays the
+    text it was written as (a revision or a tag, never a ``datetime`` that no JSON or pydantic field takes)."""
+
+
+_UserLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def load_user(text: str) -> Any:
+    """One YAML document a user wrote. Raises ``yaml.YAMLError`` for bad syntax and ``ValueError`` naming the key
+    for a value JSON cannot hold (``!!binary``, ``!!set``, ``!!timestamp``...)."""
+    data = yaml.load(text, Loader=_UserLoader)  # noqa: S506 - a SafeLoader subclass
+    check_plain(data)
+    return data
+
+
+def check_plain(data: Any, where: str = "") -> None:
+    """Raise ValueError naming the first key path whose value is not JSON data (mapping, list, text, number)."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if not isinstance(key, _PLAIN):
+                raise ValueError(f"{where or '(top level)'}: a key of type {type(key).__name__} is not allowed")
+            check_plain(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            check_plain(value, f"{where}.{i}" if where else str(i))
+    elif not isinstance(data, _PLAIN):
+        raise ValueError(f"{where or '(top level)'}: a YAML {type(data).__name__} value is not allowed here; "
+                         "write it as quoted text")

@@ -8,6 +8,7 @@ and exit 2, whichever click typer carries.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from typing import Annotated, Any
 
@@ -107,9 +108,19 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from forklift import __version__
+
+        print(f"forklift {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.", metavar="")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print forklift's version and exit.", metavar="",
+                                          callback=_version, is_eager=True)] = False,
 ) -> None:
     set_debug(debug)
 
@@ -120,7 +131,16 @@ def _usage_error(exc: BaseException) -> bool:
                for cls in type(exc).__mro__)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, CI and systemd send): every command cleans up as it does on Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _on_sigterm)
     boot.pause_gc()
     try:
         _main()
@@ -139,6 +159,8 @@ def _main() -> None:
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
+    except Terminated:
+        sys.exit(143)
     except (typer.Abort, KeyboardInterrupt):
         sys.exit(130)
     except Exception as exc:

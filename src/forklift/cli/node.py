@@ -16,9 +16,8 @@ from forklift.cli.common import JsonOpt, console, err_console, print_json
 from forklift.errors import ForkliftError, RecipeError
 from forklift.launch.hosts import runners_for
 from forklift.recipe import bundled_names, resolve
-from forklift.recipe.schema import check_ssh_target
 from forklift.runner import LocalRunner, Runner
-from forklift.runner.ssh import SshRunner, default_ssh_config
+from forklift.runner.ssh import SshRunner, check_ssh_target, default_ssh_config
 
 LOCAL = ("localhost", "local", "127.0.0.1")
 STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}

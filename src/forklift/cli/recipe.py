@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 import yaml
-from rich.table import Table
+from rich.table import Column, Table
 
 from forklift import recipe as recipes
 from forklift.cli.common import JsonOpt, RecipeArg, SetOpt, console, print_json
@@ -29,6 +29,16 @@ def show_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = 
         console.print(yaml.safe_dump(data, sort_keys=False), markup=False, highlight=False)
 
 
+@recipe_app.command("validate")
+def validate_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = False) -> None:
+    """Check a recipe (and its cluster file) without planning or starting anything; exit 2 naming each problem."""
+    deployment = recipes.resolve(recipe, set_ or [])
+    if json_out:
+        print_json({"ok": True, "name": deployment.name, "origin": deployment.origin})
+    else:
+        console.print(f"ok: {deployment.name} ({deployment.origin}) is a valid recipe", highlight=False)
+
+
 @recipe_app.command("list")
 def list_cmd(json_out: JsonOpt = False) -> None:
     """List bundled recipes."""
@@ -41,7 +51,8 @@ def list_cmd(json_out: JsonOpt = False) -> None:
     if json_out:
         print_json(rows)
         return
-    table = Table("name", "model", "nodes", "tp", "pp", "description")
+    table = Table(Column("name", no_wrap=True), Column("model", overflow="fold"), "nodes", "tp", "pp",
+                  Column("description", ratio=1))
     for row in rows:
         table.add_row(*(str(row[k]) for k in ("name", "model", "nodes", "tp", "pp")), short[str(row["name"])])
     console.print(table)

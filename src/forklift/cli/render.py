@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 import yaml
+from rich.markup import escape
 
 from forklift.cli.common import ApplyOpt, ForceOpt, JsonOpt, RecipeArg, SetOpt, console, print_json
 from forklift.errors import RecipeError
@@ -15,7 +16,8 @@ from forklift.launch.k8s import DEFAULT_IMAGE, leader_worker_set
 from forklift.launch.render import render
 from forklift.patches import recipes as recipe_patches
 from forklift.plan import Unplanned, for_launch
-from forklift.recipe import resolve
+from forklift.recipe import exposure, resolve
+from forklift.recipe.exposure import open_without_key
 
 RuntimeOpt = Annotated[str | None, typer.Option("--runtime", help="Render for this runtime: venv or docker.")]
 ImageOpt = Annotated[str | None, typer.Option("--image", help="Image for --runtime docker / --format k8s.")]
@@ -52,7 +54,9 @@ def render_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt 
         return
     launch = render(plan)
     if json_out or fmt == "json":
-        print_json({**launch.model_dump(mode="json"), "plan": plan.to_json() if isinstance(plan, Unplanned)
+        exposed = open_without_key(deployment.recipe)
+        print_json({**launch.model_dump(mode="json"), "warnings": [exposed] if exposed else [],
+                    "plan": plan.to_json() if isinstance(plan, Unplanned)
                     else {"fits": plan.fits, "error": plan.error, "decisions": plan.decisions.model_dump()}})
         return
     ray = f" + {len(launch.ray)} Ray process(es)" if launch.ray else ""
@@ -60,6 +64,9 @@ def render_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt 
                   f"endpoint {launch.endpoint}")
     for note in recipe_patches.notes(deployment.recipe):  # forklift-patches
         console.print(f"note: {note}", markup=False, highlight=False)
+    exposed = open_without_key(deployment.recipe)
+    if exposed:
+        console.print(f"[yellow]security[/]: {escape(exposed)}. {escape(exposure.FIX)}", highlight=False)
     if isinstance(plan, Unplanned):
         console.print(f"[yellow]no plan[/]: {plan.error}", highlight=False)
     elif not plan.fits:

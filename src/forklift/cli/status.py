@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from forklift.cli.common import JsonOpt, NameArg, console, print_json, render_error
-from forklift.errors import RunError, RunNotFoundError
+from forklift.errors import RunError, RunNotFoundError, UnreadableRecordError
 
 if TYPE_CHECKING:
+    from forklift.cluster.down import DownResult
     from forklift.record import Pins, RunRecord
 
 
@@ -48,35 +50,55 @@ def _print_pins(pins: Pins) -> None:
 
 def status_cmd(name: NameArg = None, json_out: JsonOpt = False, pins: PinsOpt = False) -> None:
     """Show a run (or all runs): state, endpoint, ranks (and with --pins, what exactly ran)."""
-    from rich.table import Table
-
     from forklift import record as records
     from forklift.cluster import down as ops
 
     if name is None and len(records.list_names()) != 1:
-        results = [ops.status(r) for r in records.list_records()]
-        if json_out:
-            print_json([s.to_json() | {"pins": s.record.pins.model_dump()} for s in results])
-            return
-        table = Table("name", "status", "endpoint", "model", "ranks alive")
-        for s in results:
-            table.add_row(s.name, s.status, s.endpoint, s.served_name, f"{len(s.alive_ranks)}/{len(s.record.ranks)}")
-        console.print(table if results else "no runs; start one with `forklift up`")
+        _status_all(json_out)
         return
     s = ops.status(load_run(name))
     if json_out:
         print_json(s.to_json() | {"pins": s.record.pins.model_dump()})
         return
     console.print(f"[bold]{s.name}[/] {s.status} at {s.endpoint} ({s.served_name}, vLLM {s.vllm_version}, "
-                  f"health {'ok' if s.healthy else 'not answering'})")
+                  f"health {'ok' if s.healthy else 'not answering'})", highlight=False)
     for r in s.record.ranks:
-        state = "alive" if r.rank in s.alive_ranks else "gone"
+        state = "alive" if r.rank in s.alive_ranks and r.role == "engine" else "gone"
         role = "" if r.role == "engine" else f" ({r.role})"
-        console.print(f"  rank {r.rank}{role} on {r.host}: pid {r.pid} {state}, log {r.log_path}")
+        console.print(f"  rank {r.rank}{role} on {r.host}: pid {r.pid} {state}, log {r.log_path}", highlight=False)
+    for problem in s.problems:
+        console.print(f"  [yellow]{escape(problem)}[/]", highlight=False)
     if s.record.error:
-        console.print(f"  last error: {s.record.error}")
+        console.print(f"  last error: {escape(s.record.error)}", highlight=False)
+    if s.fix:
+        console.print(f"  [bold]fix[/]: {escape(s.fix)}", highlight=False)
     if pins:
         _print_pins(s.record.pins)
+
+
+def _status_all(json_out: bool) -> None:
+    """Every run, readable or not: an unreadable record is listed with what it may still run."""
+    from rich.table import Table
+
+    from forklift import record as records
+    from forklift.cluster import down as ops
+
+    results = [ops.status(r) for r in records.list_records()]
+    broken = [(n, exc, records.salvage(n)) for n, exc in records.list_unreadable()]
+    if json_out:
+        unreadable = [{"name": n, "status": "unreadable", "error": exc.message, "fix": exc.fix,
+                       "may_still_run": [r.__dict__ for r in left.ranks], "port": left.port} for n, exc, left in broken]
+        print_json([s.to_json() | {"pins": s.record.pins.model_dump()} for s in results] + unreadable)
+        return
+    table = Table("name", "status", "endpoint", "model", "ranks alive")
+    for s in results:
+        table.add_row(s.name, s.status, s.endpoint, s.served_name, f"{len(s.alive_ranks)}/{len(s.record.ranks)}")
+    for n, _, left in broken:
+        table.add_row(n, "unreadable", left.endpoint or "?", "?", left.describe() or "nothing recorded")
+    console.print(table if results or broken else "no runs; start one with `forklift up`")
+    for n, _, _ in broken:
+        console.print(f"{n}: record unreadable; `forklift down {n}` stops what it names and frees the name",
+                      highlight=False)
 
 
 def logs_cmd(
@@ -107,16 +129,24 @@ def down_cmd(name: NameArg = None, json_out: JsonOpt = False) -> None:
     run_name = records.resolve_name(name)
     try:
         rec = records.load(run_name)
+    except UnreadableRecordError:
+        _print_down(ops.down_unreadable(run_name), json_out, note="record was unreadable; set aside")
+        return
     except RunNotFoundError:
         if json_out:
             print_json({"name": run_name, "was_running": False, "stopped_ranks": [], "note": "no such run"})
         else:
             console.print(f"nothing to stop: no run named '{run_name}'")
         return
-    res = ops.down(rec)
+    _print_down(ops.down(rec), json_out)
+
+
+def _print_down(res: DownResult, json_out: bool, note: str | None = None) -> None:
     if json_out:
-        print_json(res.__dict__)
+        print_json(res.__dict__ | ({"note": note} if note else {}))
         return
+    if note:
+        console.print(f"{res.name}: {note}")
     if res.was_running:
         console.print(f"stopped {res.name}: ranks {res.stopped_ranks} on {', '.join(res.hosts)} "
                       f"in {res.seconds:.1f} s; no process left, port free")

@@ -13,9 +13,10 @@ from forklift.endpoint import Endpoint
 from forklift.errors import ForkliftError, RunError
 from forklift.launch.docker import LABEL_RUN_ID
 from forklift.recipe.schema import Recipe
-from forklift.record import RankState, RunRecord, save_status
-from forklift.runner import Runner
+from forklift.record import RankState, RunRecord, SalvagedRank, salvage, save_status, set_aside, up_in_progress
+from forklift.runner import LocalRunner, Runner
 from forklift.runner.fanout import fan_out
+from forklift.runner.ssh import SshRunner, default_ssh_config
 
 GPU_SLACK_MIB = 1024
 """Accelerator memory within this much of the pre-launch baseline counts as released."""
@@ -126,13 +127,20 @@ def _alive(record: RunRecord, runners: Mapping[int, Runner], roles: tuple[str, .
 class StatusResult:
     name: str
     status: str
+    """ready / starting / degraded / dead / orphaned (an `up` that is gone left processes) / failed / stopped."""
     endpoint: str
     served_name: str
     alive_ranks: list[int]
+    """Engine ranks whose own pid lives."""
     dead_ranks: list[int]
     healthy: bool
     vllm_version: str | None
     record: RunRecord
+    problems: list[str] = field(default_factory=list)
+    """What is wrong, one line each: which pid is gone, what is left orphaned, health."""
+    orphans: dict[str, list[int]] = field(default_factory=dict)
+    """'rank N on HOST' -> live pids of its process group whose rank process is gone (or of a stopped run)."""
+    fix: str | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -143,6 +151,9 @@ class StatusResult:
             "healthy": self.healthy,
             "alive_ranks": self.alive_ranks,
             "dead_ranks": self.dead_ranks,
+            "problems": self.problems,
+            "orphans": self.orphans,
+            "fix": self.fix,
             "vllm_version": self.vllm_version,
             "run_id": self.record.run_id,
             "ranks": [r.model_dump() for r in self.record.ranks],
@@ -151,22 +162,76 @@ class StatusResult:
         }
 
 
+@dataclass
+class _Liveness:
+    pid_alive: bool
+    group: list[int]
+
+
+def _liveness(record: RunRecord, runners: Mapping[int, Runner]) -> dict[int, _Liveness]:
+    """Per index in record.ranks: whether the rank's own pid lives, and the live pids of its session."""
+    def one(r: RankState) -> _Liveness:
+        runner = runners[r.node]
+        group = procs.session_pids(runner, r.pgid) if r.pgid else []
+        alive = r.pid in group if r.pid is not None else bool(group)
+        if r.pid is not None and not alive and not group:
+            alive = procs.pid_alive(runner, r.pid)
+        return _Liveness(alive, group)
+
+    done = fan_out(((i, r) for i, r in enumerate(record.ranks)), one)
+    return {i: done.results.get(i, _Liveness(False, [])) for i in range(len(record.ranks))}
+
+
 def status(record: RunRecord, runners: Mapping[int, Runner] | None = None) -> StatusResult:
+    """The run's state from what is there now, not only from what the record last said: each rank's pid, its
+    process group, /health, and whether the `up` that started it still holds the run's lock."""
     runners = runners or record_runners(record)
-    engine = [r for r in record.ranks if r.role == "engine"]
-    alive = _alive(record, runners)
-    dead = [r.rank for r in engine if r.rank not in alive]
-    healthy = False
-    if alive:
+    live = _liveness(record, runners)
+    out = StatusResult(record.name, record.status, record.endpoint, record.served_name, [], [], False,
+                       record.vllm_version, record)
+    for i, r in enumerate(record.ranks):
+        what = f"{r.role} {r.rank} on {r.host}" if r.role != "engine" else f"rank {r.rank} on {r.host}"
+        if r.role == "engine":
+            (out.alive_ranks if live[i].pid_alive else out.dead_ranks).append(r.rank)
+        if not live[i].pid_alive and record.status in ("ready", "starting"):
+            out.problems.append(f"{what}: pid {r.pid} is gone")
+        leftover = [p for p in live[i].group if p != r.pid] if not live[i].pid_alive else []
+        if record.status in ("failed", "stopped"):
+            leftover = live[i].group
+        if leftover:
+            out.orphans[what] = leftover
+            out.problems.append(f"{what}: {len(leftover)} process(es) of its group still run (pids "
+                                f"{', '.join(map(str, leftover[:8]))})")
+    anything = any(x.pid_alive or x.group for x in live.values())
+    if anything:
         with Endpoint(record.endpoint) as endpoint:
-            healthy = endpoint.healthy(timeout=3)
-    state: str = record.status
-    if state in ("ready", "starting") and not alive:
-        state = "dead"
-    elif state == "ready" and dead:
-        state = "degraded"
-    return StatusResult(record.name, state, record.endpoint, record.served_name, alive, dead, healthy,
-                        record.vllm_version, record)
+            out.healthy = endpoint.healthy(timeout=3)
+    out.status = _state(record, out, anything)
+    if out.status in ("degraded", "dead", "orphaned") or out.orphans:
+        out.fix = (f"`forklift down {record.name}` stops every process the run recorded (and their groups), "
+                   f"then `forklift up` starts it again; `forklift doctor {record.name}` says why it broke.")
+    return out
+
+
+def _state(record: RunRecord, out: StatusResult, anything: bool) -> str:
+    engine_dead = bool(out.dead_ranks)
+    if record.status == "starting":
+        if up_in_progress(record.name) is not None:
+            return "starting"
+        if not anything:
+            out.problems.append("the `up` that started it ended before the run was ready; nothing of it runs")
+            return "dead"
+        out.problems.append("the `up` that started it is gone (killed?) and left these processes running")
+        return "orphaned"
+    if record.status == "ready":
+        if not anything:
+            return "dead"
+        if not out.healthy:
+            out.problems.append(f"{record.endpoint}/health does not answer")
+        if engine_dead or out.orphans or not out.healthy or any(p.endswith("is gone") for p in out.problems):
+            return "degraded"
+        return "ready"
+    return record.status
 
 
 def rank_state(record: RunRecord, rank: int) -> RankState:
@@ -200,3 +265,48 @@ def follow_log(record: RunRecord, rank: int = 0, poll_s: float = 0.5,
         lines, offset = remote.read_from(runner, state.log_path, offset)
         yield from lines
         time.sleep(poll_s)
+
+
+_SPAWNED = ("vllm", "ray", "docker", "forklift")
+"""Words one of the programs `up` starts has in its command line: a salvaged process group is signalled only when
+its leader still runs one of them (a group id from a broken record may have been reused since)."""
+
+
+def _salvaged_runner(rank: SalvagedRank) -> Runner:
+    if rank.ssh is None and rank.host in ("localhost", "127.0.0.1", "::1"):
+        return LocalRunner()
+    return SshRunner(rank.ssh or rank.host, name=rank.host, ssh_config=default_ssh_config())
+
+
+def _ours(runner: Runner, pgid: int) -> bool:
+    res = runner.run(["ps", "-o", "args=", "-p", str(pgid)], timeout=15)
+    return res.ok and any(word in res.stdout for word in _SPAWNED)
+
+
+def down_unreadable(name: str, *, grace_s: float = 30.0) -> DownResult:
+    """``down`` for a run whose record cannot be read: stop the process groups its text still names (when their
+    leader is still a program `up` starts), check the port, and set the record aside so the name is free."""
+    t0 = time.monotonic()
+    left = salvage(name)
+    stopped: list[int] = []
+    killed: list[str] = []
+    for rank in left.ranks:
+        runner = _salvaged_runner(rank)
+        if not procs.pgid_alive(runner, rank.pgid) or not _ours(runner, rank.pgid):
+            continue
+        outcome = procs.stop_group(runner, rank.pgid, grace_s=grace_s)
+        if outcome == "survived":
+            raise ForkliftError(f"{name}: process group {rank.pgid} on {rank.host} survived SIGKILL",
+                                fix=f"Inspect it with `ps -s {rank.pgid}` on {rank.host}.")
+        stopped.append(rank.pgid)
+        if outcome == "killed":
+            killed.append(f"pgid {rank.pgid} on {rank.host}")
+    port_free = True
+    local_head = bool(left.ranks) and left.ranks[0].ssh is None
+    if left.port and local_head:
+        deadline = time.monotonic() + 15
+        while not (port_free := procs.port_free_local("127.0.0.1", left.port)) and time.monotonic() < deadline:
+            time.sleep(0.3)
+    set_aside(name)
+    return DownResult(name, bool(stopped), stopped, port_free, round(time.monotonic() - t0, 2),
+                      sorted({r.host for r in left.ranks}), {}, killed)

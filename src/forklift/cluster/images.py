@@ -116,7 +116,7 @@ def _node_to_node(src: Holder, dst: Holder, image: str, total: int, node_ssh_con
     assert dst.node is not None
     addr, port = data_address(dst.node)
     folder = jobs.new_folder(src.runner, "image")
-    argv = ["sh", "-c", SAVE_TO_SSH, "sh", image, f"{folder}/dd", *node_ssh_argv(node_ssh_config, port), addr]
+    argv = ["sh", "-c", SAVE_TO_SSH, "sh", image, f"{folder}/dd", *node_ssh_argv(node_ssh_config, port), "--", addr]
     job = jobs.start(src.runner, folder, jobs.with_exit_line(argv))
     rate, moved = Rate(), 0
     try:

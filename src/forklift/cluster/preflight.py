@@ -18,6 +18,8 @@ from forklift.cluster.procs import port_holder
 from forklift.errors import EngineNotInstalledError, ForkliftError, PreflightError, RunnerError
 from forklift.launch.render import expand_home, python_for
 from forklift.net.preflight import link_checks
+from forklift.recipe import exposure
+from forklift.recipe.exposure import open_without_key
 from forklift.recipe.schema import DockerRuntime, Recipe
 from forklift.results import CheckResult, Status
 from forklift.runner import Runner
@@ -257,6 +259,9 @@ def run_preflight(recipe: Recipe, runners: Mapping[int, Runner], paths: Mapping[
                                        f"the head is remote but serve.host is {recipe.serve.host}: "
                                        "forklift (and clients) could not reach the API",
                                        "Set serve.host to the head's data_ip or 0.0.0.0."))
+    exposed = open_without_key(recipe)
+    if exposed:
+        report.checks.append(_c(recipe.head.host, "exposure", "warn", exposed, exposure.FIX))
     gathered = fan_out(((i, i) for i in runners),
                        lambda i: _gather(recipe, i, runners[i], paths[i], ports_for(recipe, i)))
     for i, exc in gathered.errors.items():

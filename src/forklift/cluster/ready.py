@@ -5,6 +5,7 @@ root-cause lines and doctor's finding."""
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import NoReturn
@@ -18,7 +19,7 @@ from forklift.doctor import diagnose
 from forklift.endpoint import Endpoint
 from forklift.errors import EndpointError, EngineStartupError, ForkliftError
 from forklift.record import RankState, RunRecord
-from forklift.runner import Runner, fan_out
+from forklift.runner import LocalRunner, Runner, fan_out
 
 EventFn = Callable[[str, str], None]
 FAIL_GRACE_S = 8.0
@@ -77,15 +78,66 @@ def _not_joined(record: RunRecord, runners: Mapping[int, Runner]) -> list[RankSt
     return silent or [r for r in ranks if r.rank != 0]
 
 
-def _answers(endpoint: Endpoint, model: str, phase: str, on_event: EventFn) -> str | None:
-    """The first streamed token once /health is 200, else None (a refused stream is 'not yet')."""
+REFUSALS_TO_FAIL = 3
+"""The same 4xx answer this many times in a row from a healthy server ends the wait: it is not 'not ready yet'."""
+_TRANSIENT_4XX = (408, 425, 429)
+
+
+class _Refusals:
+    """Counts identical client-error answers from a healthy server (a wrong served name answers 404 for ever)."""
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+        self.count = 0
+
+    def see(self, exc: Exception | None) -> str | None:
+        """The server's words once the same 4xx came REFUSALS_TO_FAIL times in a row, else None."""
+        code = getattr(exc, "status_code", None)
+        if exc is None or code is None or not 400 <= code < 500 or code in _TRANSIENT_4XX:
+            self.last, self.count = None, 0
+            return None
+        words = str(exc)
+        self.count = self.count + 1 if words == self.last else 1
+        self.last = words
+        return words if self.count >= REFUSALS_TO_FAIL else None
+
+
+def _answers(endpoint: Endpoint, model: str, phase: str, on_event: EventFn,
+             refusals: _Refusals) -> str | None:
+    """The first streamed token once /health is 200, else None (a refused stream is 'not yet'). Raises
+    EndpointError when a healthy server refuses the request the same way REFUSALS_TO_FAIL times in a row."""
     if not endpoint.healthy():
         return None
     try:
-        return endpoint.first_token(model)
+        token = endpoint.first_token(model)
     except (httpx.HTTPError, EndpointError) as exc:
-        on_event(phase, f"health ok, first token not yet: {type(exc).__name__}")
+        words = refusals.see(exc)
+        if words is not None:
+            raise EndpointError(words, fix=getattr(exc, "fix", None)) from exc
+        detail = f"HTTP {exc.status_code}" if isinstance(exc, EndpointError) and exc.status_code else ""
+        on_event(phase, f"health ok, first token not yet: {type(exc).__name__} {detail}".strip())
         return None
+    refusals.see(None)
+    return token
+
+
+def check_owner(record: RunRecord, head: RankState, runners: Mapping[int, Runner]) -> None:
+    """Fail unless the process listening on the run's port belongs to this run's head rank (another server on the
+    same port, e.g. a second `up` racing this one, may have answered). Unknown holders are given the benefit."""
+    runner = runners[head.node]
+    holder = procs.port_holder(runner, record.recipe.serve.port, python=_python(record, runner))
+    if holder is None:
+        return
+    ours = set(procs.session_pids(runner, head.pgid or 0)) if head.pgid else set()
+    if head.container:
+        ours |= {pid for pid, _ in procs.container_processes(runner, head.container)}
+    if holder.pid not in ours:
+        fail(record, head, f"port {record.recipe.serve.port} on {head.host} is answered by {holder}, not by this "
+             f"run's head (pid {head.pid})", runners)
+
+
+def _python(record: RunRecord, runner: Runner) -> str:
+    return sys.executable if isinstance(runner, LocalRunner) else "python3"
 
 
 class _PhaseTracker:
@@ -120,6 +172,7 @@ def wait_ready(record: RunRecord, runners: Mapping[int, Runner], *, timeout_s: f
     head = next(r for r in record.ranks if r.rank == 0 and r.role == "engine")
     multi = len({r.node for r in record.ranks}) > 1
     track = _PhaseTracker(on_event)
+    refusals = _Refusals()
     with Endpoint(record.endpoint, api_key=api_key, timeout=120) as endpoint:
         while True:
             track.follow(runners[head.node], head.log_path)
@@ -128,9 +181,13 @@ def wait_ready(record: RunRecord, runners: Mapping[int, Runner], *, timeout_s: f
                 silent = _not_joined(record, runners)
                 names = ", ".join(f"rank {r.rank} on {r.host}" for r in silent)
                 fail(record, silent[0], f"{names} never joined the head within {join_s:.0f} s", runners)
-            token = _answers(endpoint, record.served_name, track.phase, on_event)
+            try:
+                token = _answers(endpoint, record.served_name, track.phase, on_event, refusals)
+            except EndpointError as exc:
+                fail(record, head, f"the server is up but refuses every request: {exc}", runners)
             if token is not None:
                 check_alive(record, runners, "ready")
+                check_owner(record, head, runners)
                 track.reached["ready"] = round(track.elapsed, 2)
                 on_event("ready", token)
                 return token, track.reached

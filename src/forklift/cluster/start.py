@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -59,6 +61,7 @@ def prepare_nodes(recipe: Recipe, name: str, paths: Mapping[int, NodePaths], run
         node, runner, folder = recipe.nodes[idx], runners[idx], paths[idx].run_dir
         if node.is_local:
             Path(folder).mkdir(parents=True, exist_ok=True)
+            rotate_logs(Path(folder))
         else:
             remote.remove_stale_run_dirs(runner, folder.rsplit("/", 1)[0], name, keep=folder)
         if needs_launcher or not node.is_local:
@@ -69,6 +72,19 @@ def prepare_nodes(recipe: Recipe, name: str, paths: Mapping[int, NodePaths], run
             remote.write_text(runner, f"{folder}/{fname}", text)
 
     fan_out(((i, i) for i in runners), one).raise_first()
+
+
+def rotate_logs(folder: Path) -> None:
+    """Move the previous start's logs under ``previous/`` (replacing older ones): one log per run, so ``logs`` and
+    ``doctor`` never read two starts as one."""
+    logs = sorted(folder.glob("*.log"))
+    if not logs:
+        return
+    previous = folder / "previous"
+    shutil.rmtree(previous, ignore_errors=True)
+    previous.mkdir()
+    for log in logs:
+        log.rename(previous / log.name)
 
 
 def secret_values(secret_env: Mapping[str, str]) -> dict[str, str]:
@@ -87,18 +103,27 @@ def secret_values(secret_env: Mapping[str, str]) -> dict[str, str]:
 
 def spawn_group(recipe: Recipe, group: Sequence[RankLaunch], record: RunRecord,
                 runners: Mapping[int, Runner]) -> None:
-    """Spawn a group of processes in parallel; record every one that started, then raise the first error."""
-    def one(rl: RankLaunch) -> RankState:
+    """Spawn a group of processes in parallel; record every one that started (even when this process is
+    interrupted while they start: the pool finishes its spawns before the interrupt goes on), then raise the
+    first error."""
+    started: dict[int, RankState] = {}
+    guard = threading.Lock()
+
+    def one(item: tuple[int, RankLaunch]) -> None:
+        i, rl = item
         log_path = f"{rl.run_dir}/{rl.log_name}"
         spawned = runners[rl.node_index].spawn(rl.argv, log_path=log_path, env=rl.env,
                                                secret_env=secret_values(rl.secret_env))
-        return RankState(rank=rl.rank, host=rl.host, pid=spawned.pid, pgid=spawned.pid, container=rl.container,
-                         log_path=log_path, ssh=recipe.nodes[rl.node_index].ssh, node_index=rl.node_index,
-                         role=rl.role)
+        with guard:
+            started[i] = RankState(rank=rl.rank, host=rl.host, pid=spawned.pid, pgid=spawned.pid,
+                                   container=rl.container, log_path=log_path, ssh=recipe.nodes[rl.node_index].ssh,
+                                   node_index=rl.node_index, role=rl.role)
 
-    done = fan_out(((i, rl) for i, rl in enumerate(group)), one)
-    record.ranks.extend(done.results[i] for i in sorted(done.results))
-    record.save()
+    try:
+        done = fan_out(((i, (i, rl)) for i, rl in enumerate(group)), one)
+    finally:
+        record.ranks.extend(started[i] for i in sorted(started))
+        record.save()
     done.raise_first()
 
 

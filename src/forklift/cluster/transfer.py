@@ -87,7 +87,7 @@ class Site:
 def stream_argv(runner: Runner, argv: Sequence[str]) -> list[str]:
     """argv as this machine runs it to stream through the runner's host (ssh for a remote host)."""
     if isinstance(runner, SshRunner):
-        return [*runner.base_argv(), "--", runner.remote_command(argv)]
+        return [*runner.base_argv(), runner.remote_command(argv)]
     if isinstance(runner, LocalRunner):
         return list(argv)
     raise RunnerError(f"{runner.host}: cannot stream through a {type(runner).__name__}",
@@ -114,11 +114,16 @@ def node_ssh_argv(config: str | None, port: int | None) -> list[str]:
     return argv
 
 
+def node_ssh_probe(config: str | None, port: int | None, addr: str) -> list[str]:
+    """``ssh OPTIONS -- ADDR true``: whether a node reaches another without a password."""
+    return [*node_ssh_argv(config, port), "--", addr, "true"]
+
+
 def node_ssh_problem(src: Runner, target: Node, config: str | None) -> str | None:
     """None when ``src``'s host can ssh to ``target`` over the data network without a password; else why not."""
     addr, port = data_address(target)
     # the inner ssh's status goes to stdout: its own 255 must not read as "src is unreachable"
-    probe = ["sh", "-c", '"$@" </dev/null; echo "node-ssh-exit $?"', "sh", *node_ssh_argv(config, port), addr, "true"]
+    probe = ["sh", "-c", '"$@" </dev/null; echo "node-ssh-exit $?"', "sh", *node_ssh_probe(config, port, addr)]
     res = src.run(probe, timeout=NODE_SSH_TIMEOUT_S + 20)
     if res.ok and res.stdout.strip().endswith("node-ssh-exit 0"):
         return None
@@ -163,7 +168,7 @@ def start_rsync(sender: Site, target: Site, files: Sequence[str], *, node_ssh_co
         ssh, dest = None, target.path
     elif sender.here:
         assert isinstance(target.runner, SshRunner)
-        ssh, dest = target.runner.base_argv()[:-1], f"{target.runner.target}:{target.path}"
+        ssh, dest = target.runner.options(), f"{target.runner.target}:{target.path}"
     else:
         assert target.node is not None
         addr, port = data_address(target.node)

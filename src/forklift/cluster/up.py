@@ -46,8 +46,10 @@ from forklift.node import resolve_profile
 from forklift.patches import recipes as recipe_patches
 from forklift.plan import Plan, Unplanned, rules
 from forklift.plan.make import make
+from forklift.recipe import exposure
+from forklift.recipe.exposure import open_without_key
 from forklift.recipe.schema import Recipe
-from forklift.record import PatchPin, RankState, RunRecord, validate_name
+from forklift.record import PatchPin, RankState, RunLock, RunRecord, validate_name
 from forklift.record import load as load_record
 from forklift.results import CheckResult
 from forklift.runner import Runner, fan_out
@@ -257,8 +259,10 @@ def _start_and_wait(record: RunRecord, runners: Mapping[int, Runner], api_key: s
     except BaseException as exc:
         stop_all(record, runners, grace_s=FAIL_GRACE_S)
         interrupted = isinstance(exc, KeyboardInterrupt)
+        signal_name = "SIGTERM" if type(exc).__name__ == "Terminated" else "SIGINT"
         record.status = "stopped" if interrupted else "failed"
-        record.error = "interrupted during startup" if interrupted else f"{type(exc).__name__}: {exc}"
+        record.error = (f"interrupted during startup ({signal_name})" if interrupted
+                        else f"{type(exc).__name__}: {exc}")
         record.save()
         raise
 
@@ -269,9 +273,20 @@ def up(plan: Plan | Unplanned, *, name: str = "default", on_event: EventFn = _no
     """Start the plan's deployment and return once it streams a real token. Raises DoesNotFitError for a plan
     that does not fit (unless ``force``), PreflightError naming every failing node, NodeError for node checks
     with ``strict``, EngineStartupError with the root cause and doctor's finding when a rank dies."""
+    validate_name(name)
+    with RunLock(name):  # one `up` per name, from preflight until ready / failed / stopped
+        return _up(plan, name=name, on_event=on_event, runners=runners, force=force, strict=strict,
+                   check_nodes=check_nodes)
+
+
+def _up(plan: Plan | Unplanned, *, name: str, on_event: EventFn, runners: Mapping[int, Runner] | None,
+        force: bool, strict: bool, check_nodes: bool) -> UpResult:
     t0 = time.monotonic()
     gate(plan, force=force)
     recipe = plan.deployment.recipe
+    exposed = open_without_key(recipe)
+    if strict and exposed:
+        raise NodeError(f"{exposed}, and --strict is set", fix=exposure.FIX)
     ssh_config = default_ssh_config()
     runners = dict(runners) if runners is not None else runners_for(recipe, ssh_config=ssh_config)
     run_id = secrets.token_hex(6)

@@ -104,10 +104,11 @@ class Endpoint:
             return None
         if self.has_key:
             return EndpointError(f"{self.where} refused the API key from ${self.api_key_env} (HTTP {resp.status_code})",
-                                 fix=f"Check ${self.api_key_env} holds the key the server was started with.")
+                                 fix=f"Check ${self.api_key_env} holds the key the server was started with.",
+                                 status_code=resp.status_code)
         return EndpointError(f"{self.where} requires an API key (HTTP {resp.status_code} on {path})",
                              fix="Pass --api-key-env VAR naming the environment variable that holds the key "
-                                 "(a run record takes it from serve.api_key_env).")
+                                 "(a run record takes it from serve.api_key_env).", status_code=resp.status_code)
 
     def models(self, timeout: float | None = None) -> list[dict[str, Any]]:
         """The model cards of ``GET /v1/models``."""
@@ -159,7 +160,7 @@ class Endpoint:
         if resp.status_code != 200:
             raise EndpointError(f"{self.where}{path} answered HTTP {resp.status_code}: {excerpt(resp.text, 300)}",
                                 fix="Check the request against the server's limits; `forklift logs` shows the "
-                                    "engine side.")
+                                    "engine side.", status_code=resp.status_code)
 
     def chat(self, model: str, messages: Sequence[Mapping[str, Any]], *, stream: bool = True,
              timeout: float | None = None, **params: Any) -> sse.Reply:

@@ -6,6 +6,8 @@ from forklift import speculative
 from forklift.model.spec import ModelSpec
 from forklift.plan import rules
 from forklift.plan.core import GIB, Core, above_model_len, allow_long, draft_cost
+from forklift.recipe import exposure
+from forklift.recipe.exposure import open_without_key
 from forklift.recipe.schema import Recipe
 from forklift.recipe.speculative import DRAFTED_METHODS
 from forklift.speculative import sizing
@@ -129,6 +131,9 @@ def _layout_notes(core: Core, suggested: list[int] | None, stage_weights: list[f
                      f"by {st.dcp}")
     if recipe.serve.extra_args:
         notes.append(f"serve.extra_args {recipe.serve.extra_args} are not modelled by the planner")
+    exposed = open_without_key(recipe)
+    if exposed:
+        notes.append(f"security: {exposed}. {exposure.FIX}")
     if st.pp > 1 and suggested:
         notes.append(f"stages differ in memory ({', '.join(f'{w / GIB:.1f}' for w in stage_weights)} GiB of "
                      f"weights): VLLM_PP_LAYER_PARTITION={','.join(map(str, suggested))} balances them "

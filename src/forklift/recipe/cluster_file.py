@@ -16,6 +16,7 @@ from forklift import paths
 from forklift.errors import RecipeError
 from forklift.recipe.load import read_text
 from forklift.recipe.schema import Network, Node, Recipe, Strict
+from forklift.yamlio import load_user
 
 
 class ClusterFile(Strict):
@@ -46,9 +47,9 @@ def find(ref: str) -> Path:
 def load_cluster(ref: str) -> ClusterFile:
     path = find(ref)
     try:
-        data: Any = yaml.safe_load(read_text(path)) or {}
+        data: Any = load_user(read_text(path)) or {}
         return ClusterFile.model_validate(data)
-    except (yaml.YAMLError, ValidationError, RecursionError) as exc:
+    except (yaml.YAMLError, ValidationError, RecursionError, ValueError) as exc:
         raise RecipeError(f"{path}: invalid cluster file: {exc}", source=str(path),
                           fix="A cluster file has `nodes:` (host, ssh, hardware, data_ip, model_path).") from exc
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from forklift.errors import RecipeError, RecipeNotFoundError
 from forklift.recipe.schema import Recipe
+from forklift.yamlio import load_user
 
 DEFAULT_RECIPE = "default"
 _MAX_EXTENDS_DEPTH = 8
@@ -75,10 +76,13 @@ def read_text(path: Path) -> str:
 
 def _parse_yaml(display: str, text: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text)
+        data = load_user(text)
     except yaml.YAMLError as exc:
         raise RecipeError(f"{display}: not valid YAML: {exc}", source=display,
                           fix="Fix the YAML syntax at the position shown.") from exc
+    except ValueError as exc:
+        raise RecipeError(f"{display}: {exc}", source=display,
+                          fix="Quote the value (\"2024-01-01\"), or remove the YAML tag (!!binary, !!set).") from None
     except RecursionError:
         raise RecipeError(f"{display}: nested too deeply to be a recipe", source=display,
                           fix="A recipe is a few levels of mappings (model:, serve:, nodes: ...).") from None
@@ -138,8 +142,8 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not path:
         raise RecipeError(f"--set {item!r}: empty key", fix=SET_EXAMPLES)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except (yaml.YAMLError, RecursionError):
+        value = load_user(raw) if raw.strip() else None
+    except (yaml.YAMLError, RecursionError, ValueError):
         value = raw
     return path, value
 

@@ -11,6 +11,7 @@ import re
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -22,45 +23,17 @@ from pydantic import (
 )
 
 from forklift.recipe.speculative import Speculative
+from forklift.runner.base import ENV_NAME
+from forklift.runner.ssh import check_ssh_target
 
 BUNDLED_PREFIX = "bundled:"
 _HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,252}")
-_SSH_HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
 
 
 def is_hub_id(source: str) -> bool:
     """``org/name`` (one slash, not a path, not bundled): a Hugging Face id."""
     return (source.count("/") == 1 and not source.startswith((".", "/", "~", BUNDLED_PREFIX))
             and ":" not in source)
-
-
-def check_ssh_target(target: str) -> None:
-    """``[user@]host[:port]`` (IPv6 as ``[addr]:port`` or bare); raises ValueError naming what is wrong."""
-    user, at, rest = target.rpartition("@")
-    if at and (not user or any(c in user for c in " :/")):
-        raise ValueError(f"{target!r}: the user part before '@' is not a user name")
-    host, port = rest, None
-    if rest.startswith("["):
-        host, close, tail = rest[1:].partition("]")
-        if not close or (tail and not tail.startswith(":")):
-            raise ValueError(f"{target!r}: expected [IPv6]:PORT")
-        port = tail[1:] if tail else None
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise ValueError(f"{target!r}: {host!r} is not an IPv6 address") from None
-    elif rest.count(":") == 1:
-        host, _, port = rest.partition(":")
-    elif rest.count(":") > 1:
-        try:
-            ipaddress.IPv6Address(rest)
-        except ValueError:
-            raise ValueError(f"{target!r}: not host, host:port or an IPv6 address") from None
-        return
-    if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
-        raise ValueError(f"{target!r}: port {port!r} is not a number from 1 to 65535 (user@host:2222)")
-    if not _SSH_HOST_RE.fullmatch(host):
-        raise ValueError(f"{target!r}: {host!r} is not a host name or address")
 
 
 class Strict(BaseModel):
@@ -76,7 +49,18 @@ def _env_values_as_text(value: object) -> object:
     return value
 
 
-EnvMap = Annotated[dict[str, str], BeforeValidator(_env_values_as_text)]
+def _env_names(value: dict[str, str]) -> dict[str, str]:
+    """Names a shell and ``env`` read as names only; values that a process environment can hold."""
+    for name, text in value.items():
+        if not ENV_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an environment variable name: use letters, digits and '_', "
+                             "not starting with a digit (e.g. NCCL_DEBUG)")
+        if "\0" in text:
+            raise ValueError(f"the value of {name} holds a NUL byte, which no environment can carry")
+    return value
+
+
+EnvMap = Annotated[dict[str, str], BeforeValidator(_env_values_as_text), AfterValidator(_env_names)]
 
 
 class ModelSection(Strict):

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from forklift import paths
-from forklift.errors import RunNameError
+from forklift.errors import RunNameError, StateDirError
 from forklift.launch.model import Launch
 from forklift.plan.model import Plan, Unplanned
 from forklift.recipe.deployment import Deployment
@@ -105,10 +105,19 @@ class RunRecord(BaseModel):
     def save(self) -> Path:
         """Write the record atomically; returns its path."""
         target = self.path()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".json.tmp")
-        tmp.write_text(self.model_dump_json(indent=2))
-        os.replace(tmp, target)
+        tmp = target.with_suffix(f".json.{os.getpid()}.tmp")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(self.model_dump_json(indent=2))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise StateDirError(f"cannot write the run record {target}: {exc.strerror or exc}",
+                                fix="Set FORKLIFT_HOME to a folder you can write, or free space / fix the "
+                                f"permissions of {target.parent}.") from None
         return target
 
     @property

@@ -6,12 +6,26 @@ the system OpenSSH client. argv stays a list until the transport edge.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from forklift.errors import RemoteCommandError
+from forklift.errors import EnvNameError, RemoteCommandError
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""What an environment variable's name may be, everywhere forklift passes one (POSIX's portable names)."""
+
+
+def check_env(env: Mapping[str, str], host: str) -> None:
+    """Raise EnvNameError unless every name is ``[A-Za-z_][A-Za-z0-9_]*`` and no value holds a NUL byte."""
+    for name, value in env.items():
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+            raise EnvNameError(f"{host}: {name!r} is not an environment variable name",
+                               fix="Use letters, digits and '_' only, not starting with a digit (e.g. NCCL_DEBUG).")
+        if "\0" in str(value):
+            raise EnvNameError(f"{host}: the value of {name} holds a NUL byte", fix=f"Remove it from {name}'s value.")
 
 
 @dataclass(frozen=True)

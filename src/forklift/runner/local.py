@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from forklift.errors import RunnerError
-from forklift.runner.base import Completed, Spawned
+from forklift.runner.base import Completed, Spawned, check_env
 
 
 class LocalRunner:
@@ -25,6 +25,8 @@ class LocalRunner:
         env: Mapping[str, str] | None = None,
         input: str | None = None,
     ) -> Completed:
+        if env:
+            check_env(env, self.host)
         full_env = {**os.environ, **env} if env else None
         try:
             proc = subprocess.run(  # noqa: S603 - argv list, never a shell string
@@ -58,9 +60,10 @@ class LocalRunner:
         cwd: str | None = None,
         secret_env: Mapping[str, str] | None = None,
     ) -> Spawned:
+        check_env({**(env or {}), **(secret_env or {})}, self.host)
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         full_env = {**os.environ, **(env or {}), **(secret_env or {})}
-        with open(log_path, "ab", buffering=0) as log:
+        with open(log_path, "wb", buffering=0) as log:  # one log per start: the caller rotated the old one
             try:
                 proc = subprocess.Popen(  # noqa: S603 - argv list, never a shell string
                     list(argv),

@@ -8,6 +8,7 @@ at the transport edge. Every error names the host and the command.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import re
 import shlex
@@ -17,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from forklift import paths
-from forklift.errors import HostUnreachableError, RunnerError
-from forklift.runner.base import Completed, Spawned
+from forklift.errors import HostUnreachableError, RunnerError, SshTargetError
+from forklift.runner.base import ENV_NAME, Completed, Spawned, check_env
 
 SSH_UNREACHABLE = 255
 SSH_CONFIG_ENV = "FORKLIFT_SSH_CONFIG"
@@ -26,6 +27,53 @@ SSH_CONFIG_ENV = "FORKLIFT_SSH_CONFIG"
 
 _KEY_REFUSED = ("Permission denied", "publickey", "Too many authentication failures")
 _HOSTKEY = ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED")
+
+
+_SSH_HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
+_SSH_USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
+def check_ssh_target(target: str) -> None:
+    """``[user@]host[:port]`` (IPv6 as ``[addr]:port`` or bare); raises ValueError naming what is wrong.
+
+    Neither part may start with '-' or hold spaces, quotes or shell characters, so a target can never be read as
+    an ssh option (``-oProxyCommand=...``) nor change a printed command line that a user copies."""
+    user, at, rest = target.rpartition("@")
+    if at and not _SSH_USER_RE.fullmatch(user):
+        raise ValueError(f"{target!r}: the user part before '@' is not a user name")
+    host, port = rest, None
+    if rest.startswith("["):
+        host, close, tail = rest[1:].partition("]")
+        if not close or (tail and not tail.startswith(":")):
+            raise ValueError(f"{target!r}: expected [IPv6]:PORT")
+        port = tail[1:] if tail else None
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{target!r}: {host!r} is not an IPv6 address") from None
+    elif rest.count(":") == 1:
+        host, _, port = rest.partition(":")
+    elif rest.count(":") > 1:
+        try:
+            ipaddress.IPv6Address(rest)
+        except ValueError:
+            raise ValueError(f"{target!r}: not host, host:port or an IPv6 address") from None
+        return
+    if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"{target!r}: port {port!r} is not a number from 1 to 65535 (user@host:2222)")
+    if not _SSH_HOST_RE.fullmatch(host):
+        raise ValueError(f"{target!r}: {host!r} is not a host name or address")
+
+
+def validated_target(target: str) -> str:
+    """``target`` when it is a plain ssh destination, else SshTargetError naming what is wrong."""
+    try:
+        check_ssh_target(target)
+    except ValueError as exc:
+        raise SshTargetError(f"not an ssh destination: {exc}",
+                             fix="Give [user@]host[:port] (letters, digits, '.', '_', '-'; not starting with '-'); "
+                             "put ssh options in ~/.ssh/config or $FORKLIFT_SSH_CONFIG.") from None
+    return target
 
 
 def split_target(target: str) -> tuple[str, int | None]:
@@ -73,9 +121,6 @@ def unreachable_error(host: str, target: str, stderr: str, argv: Sequence[str]) 
     )
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
 class SshRunner:
     """Runs commands on one remote host over OpenSSH."""
 
@@ -89,7 +134,7 @@ class SshRunner:
         extra_options: Sequence[str] = (),
         default_timeout: float = 120.0,
     ) -> None:
-        self.target, self.port = split_target(target)
+        self.target, self.port = split_target(validated_target(target))
         self.ssh_target = target
         self.host = name or self.target
         self.connect_timeout = connect_timeout
@@ -105,7 +150,8 @@ class SshRunner:
         scope = hashlib.sha256(f"{paths.home()}\0{self.ssh_config or ''}".encode()).hexdigest()[:8]
         return f"{folder}/{scope}-%C"
 
-    def base_argv(self) -> list[str]:
+    def options(self) -> list[str]:
+        """``ssh`` and its options, without the destination."""
         argv = ["ssh"]
         if self.ssh_config:
             argv += ["-F", self.ssh_config]
@@ -117,19 +163,24 @@ class SshRunner:
         if self.port:
             argv += ["-p", str(self.port)]
         argv += self.extra_options
-        return [*argv, self.target]
+        return argv
 
-    @staticmethod
-    def remote_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
-        """The one place argv becomes a shell string: ``env K=V ... argv`` joined by shlex."""
+    def base_argv(self) -> list[str]:
+        """``ssh OPTIONS -- DESTINATION``: nothing after ``--`` is read as an ssh option."""
+        return [*self.options(), "--", self.target]
+
+    def remote_command(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+        """The one place argv becomes a shell string: ``env -- K=V ... argv`` joined by shlex. Names are checked
+        (``[A-Za-z_][A-Za-z0-9_]*``) and ``--`` ends env's options, so no key or value can become an option."""
         full = list(argv)
         if env:
-            full = ["env", *(f"{k}={v}" for k, v in env.items()), *full]
+            check_env(env, self.host)
+            full = ["env", "--", *(f"{k}={v}" for k, v in env.items()), *full]
         return shlex.join(full)
 
     def run(self, argv: Sequence[str], *, timeout: float | None = None, env: Mapping[str, str] | None = None,
             input: str | None = None) -> Completed:
-        full = [*self.base_argv(), "--", self.remote_command(argv, env)]
+        full = [*self.base_argv(), self.remote_command(argv, env)]
         limit = timeout if timeout is not None else self.default_timeout
         try:
             proc = subprocess.run(  # noqa: S603 - argv list; remote command joined once with shlex
@@ -158,7 +209,7 @@ class SshRunner:
         log_dir = str(Path(log_path).parent)
         secrets = dict(secret_env or {})
         for name, value in secrets.items():
-            if not _ENV_NAME.fullmatch(name) or "\n" in value or "\r" in value:
+            if not ENV_NAME.fullmatch(name) or "\n" in value or "\r" in value or "\0" in value:
                 raise RunnerError(f"{self.host}: secret {name!r} cannot be passed (a variable name and a one-line "
                                   "value are needed)", fix="Use a one-line key in a variable such as FORKLIFT_API_KEY.")
         # read in the foreground shell: an asynchronous list (`... &`) gets /dev/null as its stdin
@@ -179,5 +230,5 @@ class SshRunner:
 
     def close(self) -> None:
         """Close the multiplexed master connection, if one is open."""
-        argv = [*self.base_argv()[:-1], "-O", "exit", self.target]
+        argv = [*self.options(), "-O", "exit", "--", self.target]
         subprocess.run(argv, capture_output=True, timeout=10, check=False)  # noqa: S603

@@ -58,7 +58,7 @@ def test_sync_copies_only_needed_files_and_reports_bytes(tmp_path: Path) -> None
 
 
 def test_rsync_uses_the_same_ssh_options(tmp_path: Path) -> None:
-    ssh = SshRunner("root@10.231.0.2:2222", ssh_config="/tmp/cfg").base_argv()[:-1]
+    ssh = SshRunner("root@10.231.0.2:2222", ssh_config="/tmp/cfg").options()
     argv = rsync_argv("/j/files", str(tmp_path), "root@10.231.0.2:/models/m", ssh=ssh, bwlimit_mb=None)
     e = argv[argv.index("-e") + 1]
     assert e.startswith("ssh -F /tmp/cfg") and "ControlMaster=auto" in e and "-p 2222" in e

@@ -36,7 +36,7 @@ def test_argv_is_multiplexed_uses_config_and_joins_once(ssh_log: Path, monkeypat
     assert argv[:2] == ["-F", str(cfg)]
     assert "ControlMaster=auto" in argv and "BatchMode=yes" in argv
     assert argv[argv.index("-p") + 1] == "2200"
-    assert argv[-3:] == ["u@node", "--", "env 'X=1 2' echo 'a b' '$HOME'"]
+    assert argv[-3:] == ["--", "u@node", "env -- 'X=1 2' echo 'a b' '$HOME'"]
 
 
 @pytest.mark.parametrize(("mode", "words"), [("unreachable", "cannot reach"), ("refused", "refused our key")])
