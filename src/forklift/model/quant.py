@@ -101,6 +101,8 @@ class QuantScheme(BaseModel):
     experts_only: bool = False
     expert_bytes: float | None = None
     """Bytes per parameter of routed experts when they differ from the other linear layers."""
+    weight_block: tuple[int, int] | None = None
+    """Block-FP8 ``weight_block_size`` [block_n, block_k] (fp8 method), None for other formats."""
     kv_cache_dtype: str | None = None
     """The KV dtype the checkpoint declares (ModelOpt kv_cache_quant_algo, compressed-tensors kv_cache_scheme):
     vLLM's ``--kv-cache-dtype auto`` resolves to it (utils/torch_utils.py resolve_kv_cache_dtype_string)."""
@@ -158,9 +160,11 @@ def _modelopt(qc: Mapping[str, Any]) -> QuantScheme:
 
 
 def _fp8(qc: Mapping[str, Any]) -> QuantScheme:
-    fmt = "fp8_block" if qc.get("weight_block_size") else "fp8"
+    block = qc.get("weight_block_size")
+    fmt = "fp8_block" if block else "fp8"
+    pair = (int(block[0]), int(block[1])) if isinstance(block, list) and len(block) == 2 else None
     return _scheme("fp8", fmt, format_bytes()[fmt],
-                   _patterns(qc.get("ignored_layers") or qc.get("modules_to_not_convert")), "fp8")
+                   _patterns(qc.get("ignored_layers") or qc.get("modules_to_not_convert")), "fp8", weight_block=pair)
 
 
 def _mxfp4(qc: Mapping[str, Any]) -> QuantScheme:

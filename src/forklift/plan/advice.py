@@ -63,7 +63,7 @@ def _candidates(c: Core) -> list[tuple[str, list[str]]]:
         elif ceiling < st.util:
             out.append((f"gpu_memory_utilization {st.util} -> {ceiling}: the startup check needs the request "
                         "to fit in free memory", [f"serve.gpu_memory_utilization={ceiling}"]))
-    if not st.kv_dtype.startswith("fp8"):
+    if st.kv_dtype in ("auto", "bfloat16", "float16"):
         out.append(("fp8 KV cache (halves KV bytes per token)", ["serve.kv_cache_dtype=fp8"]))
     if st.platform == "cuda" and not st.eager:
         out.append(("enforce-eager: no CUDA graphs (slower decode)", ["serve.enforce_eager=true"]))

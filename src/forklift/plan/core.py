@@ -168,6 +168,7 @@ def context(deployment: Deployment, src: SpecSource, vr: rules.VersionRules) -> 
     """Check the layout as vLLM would, place the ranks and resolve the settings."""
     par = deployment.recipe.parallel
     _check_version(src.spec, vr)
+    kvspecs.check_kv_dtype(deployment.recipe.serve.kv_cache_dtype, vr.version)
     layout.check_parallel(src.spec, par.tp, par.pp, par.dcp)
     profiles = node_profiles(deployment)
     place = layout.placement(par.tp, par.pp, len(deployment.nodes),

@@ -14,11 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from forklift.errors import PlanError
 from forklift.model.spec import ModelSpec, StateSpec
 from forklift.plan import rules
 from forklift.plan.kvcache import KvConfig, LayerKv
 
-_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4}  # Mamba state dtypes
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,70 @@ def resolved_kv_dtype(requested: str, spec: ModelSpec, vr: rules.VersionRules, c
     return "auto"
 
 
-def kv_elem_bytes(kv_dtype: str, model_dtype_bytes: int) -> float:
-    if kv_dtype == "nvfp4":
-        return 0.5625  # torch_utils.nvfp4_kv_cache_full_dim: d/2 + d/16 bytes per head
-    if kv_dtype == "auto":
-        return float(model_dtype_bytes)
-    return float(_BYTES.get(kv_dtype, model_dtype_bytes))
+def _dtype_row(kv_dtype: str) -> dict[str, Any]:
+    table: dict[str, dict[str, Any]] = rules.data()["kv_cache_dtypes"]
+    if kv_dtype not in table:
+        raise PlanError(f"KV cache dtype {kv_dtype!r} is not one stock vLLM accepts (config/cache.py CacheDType)",
+                        fix=f"Set serve.kv_cache_dtype to one of: {', '.join(table)}.")
+    return table[kv_dtype]
+
+
+def check_kv_dtype(kv_dtype: str, version: str) -> str | None:
+    """Refuse a --kv-cache-dtype the release's CacheDType lacks; a note when acceptance was not read for it."""
+    row = _dtype_row(kv_dtype)
+    v = rules.version_key(version)
+    absent, since = row.get("absent_through"), row.get("since")
+    if absent is not None and v <= rules.version_key(absent):
+        raise PlanError(f"vLLM {version} does not accept --kv-cache-dtype {kv_dtype} (config/cache.py CacheDType; "
+                        f"first in {since} of the releases read)",
+                        fix=f"Set serve.kv_cache_dtype to another dtype, or run vLLM {since} or newer "
+                        "(--vllm-version).")
+    oldest = str(rules.data()["kv_cache_dtypes_oldest_read"])
+    if since is not None and v < rules.version_key(since):
+        return f"--kv-cache-dtype {kv_dtype}: whether vLLM {version} accepts it was not read (first read in {since})"
+    if v < rules.version_key(oldest) and kv_dtype != "auto":
+        return f"--kv-cache-dtype {kv_dtype}: vLLM's list of KV dtypes was read from {oldest} on, not for {version}"
+    return None
+
+
+def _unread(kv_dtype: str) -> PlanError:
+    return PlanError(f"how vLLM sizes a --kv-cache-dtype {kv_dtype} page was not read for this model's attention",
+                     fix="Plan with another serve.kv_cache_dtype, or calibrate from one startup log "
+                     "(`forklift plan RECIPE --calibrate LOG`).")
+
+
+def _tq_slot(row: dict[str, Any], head: int) -> int:
+    """TurboQuantConfig.slot_size_aligned: packed key + value bytes of one head at one position, rounded to even."""
+    kbits, vbits = int(row["key_bits"]), int(row["value_bits"])
+    key = head if kbits == 8 else -(-head * kbits // 8) + 2
+    slot = key + -(-head * vbits // 8) + 4
+    return slot + slot % 2
+
+
+def gqa_token_bytes(kv_dtype: str, heads: int, head: int, model_dtype_bytes: int) -> int:
+    """One attention layer's bytes per token on one worker (``heads`` KV heads of ``head_size``)."""
+    row = _dtype_row(kv_dtype)
+    form = row["form"]
+    if form == "turboquant":
+        return heads * _tq_slot(row, head)
+    if form == "unread":
+        raise _unread(kv_dtype)
+    elem = model_dtype_bytes if form == "model" else int(row["bytes"])
+    row_bytes = {"int4": head // 2, "nvfp4": head // 2 + head // 16}.get(form, head)
+    return heads * (2 * row_bytes * elem + 2 * int(row.get("scale_bytes", 0)))
+
+
+def mla_latent_bytes(kv_dtype: str, head: int, model_dtype_bytes: int) -> int:
+    """One MLA layer's bytes per token (MLAAttentionSpec.real_page_size_bytes: one latent row of ``head``)."""
+    row = _dtype_row(kv_dtype)
+    form = row["form"]
+    if "mla_token_bytes" in row:
+        return int(row["mla_token_bytes"])
+    if form in ("turboquant", "unread"):
+        raise _unread(kv_dtype)
+    elem = model_dtype_bytes if form == "model" else int(row["bytes"])
+    row_bytes = head // 2 if form == "int4" else head
+    return row_bytes * elem + 2 * int(row.get("scale_bytes", 0))
 
 
 def _gpu_key(capability: str) -> str:
@@ -74,8 +133,7 @@ def mla_bytes(spec: ModelSpec, x: KvInputs) -> int:
     if spec.indexer is not None and x.platform == "cuda":
         table: dict[str, dict[str, int]] = rules.data()["sparse_mla_bytes"]
         return table[_gpu_key(x.capability)]["fp8" if fp8 else "auto"]
-    head = spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim
-    return int(head * kv_elem_bytes(x.kv_dtype, x.model_dtype_bytes))
+    return mla_latent_bytes(x.kv_dtype, spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim, x.model_dtype_bytes)
 
 
 def state_bytes(st: StateSpec, x: KvInputs, vr: rules.VersionRules) -> int:
@@ -100,9 +158,15 @@ def state_bytes(st: StateSpec, x: KvInputs, vr: rules.VersionRules) -> int:
 def layer_specs(spec: ModelSpec, start: int, end: int, last: bool, x: KvInputs,
                 vr: rules.VersionRules) -> list[LayerKv]:
     """The cache specs of the layers [start, end) on one worker (+ MTP draft layers on the last stage)."""
-    b = kv_elem_bytes(x.kv_dtype, x.model_dtype_bytes)
     heads = max(1, spec.num_kv_heads // x.tp)
-    gqa = int(2 * heads * spec.head_dim * b)
+    if x.kv_dtype.startswith("turboquant_") and not spec.is_hybrid and spec.mla is None:
+        raise PlanError(f"--kv-cache-dtype {x.kv_dtype} on a model without linear-attention layers: vLLM keeps the "
+                        "first and last two attention layers in the model dtype (turboquant/config.py "
+                        "get_boundary_skip_layers) and re-aligns the block size for the two page sizes "
+                        "(platforms/interface.py _align_heterogeneous_kv_block_size), which the planner does not model",
+                        fix="Plan with another serve.kv_cache_dtype, or calibrate from one startup log "
+                        "(`forklift plan RECIPE --calibrate LOG`).")
+    gqa = gqa_token_bytes(x.kv_dtype, heads, spec.head_dim, x.model_dtype_bytes) if spec.mla is None else 0
     out: list[LayerKv] = []
     indexer_bytes = int(rules.data()["indexer_bytes_per_token"])
     for layer in spec.layers[start:end]:

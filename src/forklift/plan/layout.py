@@ -124,6 +124,7 @@ def check_parallel(spec: ModelSpec, tp: int, pp: int, dcp: int) -> None:
             fix=f"Use a tp that divides {kv}, or a multiple of {kv}.",
         )
     pp_partition(spec.num_layers, pp)
+    check_block_quant(spec, tp)
     if dcp > 1:
         if tp % dcp:
             raise PlanError(f"parallel.dcp={dcp} must divide tp={tp}",
@@ -134,3 +135,26 @@ def check_parallel(spec: ModelSpec, tp: int, pp: int, dcp: int) -> None:
                 f"parallel.dcp={dcp} is larger than vLLM allows here ({limit}: tp / KV heads for GQA, tp for MLA)",
                 fix=f"Use dcp <= {limit}.",
             )
+
+
+def check_block_quant(spec: ModelSpec, tp: int) -> None:
+    """Block-FP8 shapes vLLM needs (0.26: quantization/utils/fp8_utils.py validate_fp8_block_shape at load, and
+    per_token_group_quant_fp8 at the first forward, which quantizes each linear input in groups of block_k): the
+    dense MLP width per TP rank is both the gate/up output (block_n) and the down_proj input (block_k)."""
+    block = spec.quant.weight_block
+    all_moe = spec.moe is not None and not spec.moe.first_k_dense and not spec.moe.dense_layers
+    if block is None or all_moe or spec.quant.excluded("model.layers.0.mlp.down_proj"):
+        return
+    block_n, block_k = block
+    width = spec.intermediate_size // tp
+    for size, name in ((block_k, "group_size (block_k)"), (block_n, "block_n")):
+        if width % size:
+            good = [t for t in range(1, 17) if spec.intermediate_size % t == 0
+                    and (spec.intermediate_size // t) % block_k == 0 and (spec.intermediate_size // t) % block_n == 0]
+            raise PlanError(
+                f"block-FP8 weights (weight_block_size {list(block)}): the dense MLP width per TP rank "
+                f"({spec.intermediate_size} / tp {tp} = {width}) is not a multiple of {name} {size}; vLLM stops at "
+                f"load or at the first forward (\"the last dimension of `x` {width} must be divisible by "
+                f"`group_size` {block_k}\")",
+                fix=("Use parallel.tp in " + ", ".join(map(str, good)) + ", or " if good else "Use ")
+                + "a checkpoint whose intermediate_size is a multiple of the block (per-tensor FP8 or BF16).")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from forklift import speculative
 from forklift.model.spec import ModelSpec
-from forklift.plan import rules
+from forklift.plan import kvspecs, rules
 from forklift.plan.core import GIB, Core, above_model_len, allow_long, draft_cost
 from forklift.recipe import exposure
 from forklift.recipe.exposure import open_without_key
@@ -32,6 +32,9 @@ def _source_notes(core: Core) -> list[str]:
         notes.append(f"max_model_len {asked:,} is above the model's {spec.max_len_key} ({spec.derived_max_len:,}); "
                      "VLLM_ALLOW_LONG_MAX_MODEL_LEN lets vLLM start, and it warns that RoPE positions past that "
                      "length may give nan")
+    kv_note = kvspecs.check_kv_dtype(recipe.serve.kv_cache_dtype, ctx.vr.version)
+    if kv_note:
+        notes.append(kv_note)
     if spec.mtp_layers and not st.include_mtp:
         notes.append(f"{spec.mtp_layers} MTP layer(s) not loaded (no MTP speculative decoding); "
                      f"PP splits {spec.num_layers} decoder layers")

@@ -265,7 +265,14 @@ class Parallel(Strict):
         return self
 
 
-KvCacheDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"]
+# Every --kv-cache-dtype stock vLLM 0.23-0.33 accepts (config/cache.py CacheDType); which release takes which name,
+# and the bytes each stores, are the planner's data (plan/data/vllm.yaml kv_cache_dtypes).
+KvCacheDtype = Literal[
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
+    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4", "octave_k3v3",
+    "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head",
+    "nvfp4", "nvfp4_4over6",
+]
 Quantization = Literal[
     "fp8", "modelopt_fp4", "nvfp4", "mxfp4", "awq", "awq_marlin", "gptq", "gptq_marlin",
     "compressed-tensors", "bitsandbytes", "gguf",

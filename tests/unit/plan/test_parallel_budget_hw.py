@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 from forklift import hardware
 from forklift.errors import HardwareError, PlanError
 from forklift.hardware import facts
+from forklift.hardware.profiles import bundled as bundled_profiles
 from forklift.hardware.profiles import user_dir
 from forklift.launch.flags import engine_args
 from forklift.plan import make
@@ -116,3 +119,23 @@ def test_user_profiles_are_validated_listed_and_usable(tmp_path: Path) -> None:
 def test_bundled_profiles(name: str) -> None:
     profile = hardware.get(name)
     assert profile.kind == "cuda" and profile.memory_gib > 0 and profile.compute_capability
+
+
+def test_discrete_gpus_show_vllm_less_than_the_marketed_size() -> None:
+    # torch.cuda.mem_get_info's total leaves out what the driver keeps: a "24GB" card is under 24 GiB to vLLM
+    for name, prof in bundled_profiles().items():
+        if prof.kind != "cuda" or prof.unified:
+            continue
+        marketed = re.search(r"(\d+)\s*GB", prof.description)
+        assert marketed is not None, name
+        assert prof.memory_gib < float(marketed.group(1)), name
+
+
+def test_every_bundled_gpu_memory_figure_names_its_source() -> None:
+    text = (resources.files("forklift.hardware") / "profiles.yaml").read_text()
+    for block in re.split(r"\n(?=[a-z0-9-]+:\n)", text):
+        if "kind: cuda" not in block:
+            continue
+        lines = block.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.strip().startswith("memory_gib:"))
+        assert "#" in lines[at] or lines[at - 1].strip().startswith("#"), lines[0]
