@@ -20,3 +20,62 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     home = tmp_path / "forklift-home"
     monkeypatch.setenv("FORKLIFT_HOME", str(home))
     yield home
+
+
+# --- tiers: every test carries its tier's marker (from its folder), and each tier's time is recorded ---------------
+
+TIERS = {"unit": "unit", "integration": "integration", "cluster": "cluster"}
+"""tests/<folder> -> marker. `make test` runs them all; `-m unit` runs the no-process tier alone."""
+TIER_FILE = Path(__file__).resolve().parents[1] / "bench-results" / "test-tiers.json"
+_tier_seconds: dict[str, float] = {}
+_tier_tests: dict[str, int] = {}
+_session_t0: list[float] = []
+
+
+def _tier_of(nodeid: str) -> str:
+    parts = nodeid.split("/")
+    return TIERS.get(parts[1], "other") if len(parts) > 2 and parts[0] == "tests" else "other"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = _tier_of(item.nodeid)
+        if tier != "other" and tier not in {m.name for m in item.iter_markers()}:
+            item.add_marker(getattr(pytest.mark, tier))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    import time
+
+    _session_t0.append(time.monotonic())
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    tier = _tier_of(report.nodeid)
+    _tier_seconds[tier] = _tier_seconds.get(tier, 0.0) + report.duration
+    if report.when == "call" or (report.when == "setup" and report.skipped):
+        _tier_tests[tier] = _tier_tests.get(tier, 0) + 1
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """bench-results/test-tiers.json: seconds per tier (setup + call + teardown, so a shared server counts in the
+    tier that started it) for a full run; a line per run is appended to test-tiers-history.jsonl."""
+    import json
+    import time
+
+    args = [str(a) for a in session.config.invocation_params.args]
+    chosen = [a for a in args if not a.startswith("-") and a.rstrip("/") != "tests"]
+    if not _tier_tests or chosen or session.config.getoption("markexpr", "") or session.config.getoption("keyword", ""):
+        return  # only whole-suite runs are recorded
+    record = {"when": time.strftime("%Y-%m-%dT%H:%M:%S"), "exit": int(exitstatus),
+              "wall_s": round(time.monotonic() - _session_t0[0], 1) if _session_t0 else None,
+              "tiers": {t: {"seconds": round(s, 1), "tests": _tier_tests.get(t, 0)} for t, s in
+                        sorted(_tier_seconds.items())},
+              "args": args}
+    try:
+        TIER_FILE.parent.mkdir(exist_ok=True)
+        TIER_FILE.write_text(json.dumps(record, indent=2) + "\n")
+        with open(TIER_FILE.with_name("test-tiers-history.jsonl"), "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+    except OSError:
+        pass

@@ -308,3 +308,8 @@ class SudoRequiredError(NodeError):
         self.host = host
         self.commands = list(commands)
         super().__init__(message, fix=fix)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, CI and systemd send), raised by the CLI's handler: every command cleans up as it does
+    on Ctrl-C, and says which signal it was."""

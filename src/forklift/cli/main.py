@@ -20,7 +20,7 @@ import typer.core
 import typer.main
 
 from forklift.cli.common import render_error, set_debug
-from forklift.errors import ForkliftError
+from forklift.errors import ForkliftError, Terminated
 
 # name -> (module under forklift.cli that registers it, one-line help). Order is `forklift --help`'s.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -131,11 +131,11 @@ def _usage_error(exc: BaseException) -> bool:
                for cls in type(exc).__mro__)
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what `timeout`, CI and systemd send): every command cleans up as it does on Ctrl-C."""
+_terminated: list[bool] = []
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
+    _terminated.append(True)  # click turns the interrupt into Abort on its way out: remember which signal it was
     raise Terminated()
 
 
@@ -159,10 +159,8 @@ def _main() -> None:
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except Terminated:
-        sys.exit(143)
     except (typer.Abort, KeyboardInterrupt):
-        sys.exit(130)
+        sys.exit(143 if _terminated else 130)
     except Exception as exc:
         if _usage_error(exc) and not debug:
             exc.show()  # type: ignore[attr-defined]

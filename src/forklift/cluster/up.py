@@ -35,6 +35,7 @@ from forklift.errors import (
     PortInUseError,
     RunAlreadyRunningError,
     RunNotFoundError,
+    Terminated,
 )
 from forklift.launch.flags import API_KEY_VAR
 from forklift.launch.hosts import runners_for
@@ -259,7 +260,7 @@ def _start_and_wait(record: RunRecord, runners: Mapping[int, Runner], api_key: s
     except BaseException as exc:
         stop_all(record, runners, grace_s=FAIL_GRACE_S)
         interrupted = isinstance(exc, KeyboardInterrupt)
-        signal_name = "SIGTERM" if type(exc).__name__ == "Terminated" else "SIGINT"
+        signal_name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
         record.status = "stopped" if interrupted else "failed"
         record.error = (f"interrupted during startup ({signal_name})" if interrupted
                         else f"{type(exc).__name__}: {exc}")
