@@ -299,7 +299,8 @@ async def run_async(config: BenchConfig, target: Target, on_event: OnEvent | Non
     roofline = planned_roofline(target.record)
     return BenchResult(
         target={"base_url": target.base_url, "model": served.model, "run": target.run_name,
-                "max_model_len": served.max_model_len, "tokenizer": served.tokenizer},
+                "max_model_len": served.max_model_len, "tokenizer": served.tokenizer,
+                "start": target.record.run_id if target.record is not None else None},
         settings=config.to_json(),
         runs=tuple(runs),
         single_stream=single_stream(runs, roofline.decode_tok_s, roofline.source),

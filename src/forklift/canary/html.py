@@ -9,7 +9,8 @@ from typing import Any
 
 from forklift.canary.compare import Comparison, MetricDelta
 
-_COLOURS = {"ok": "#2e7d32", "regressed": "#c62828", "improved": "#1565c0", "broken": "#6a1b9a"}
+_COLOURS = {"ok": "#2e7d32", "regressed": "#c62828", "improved": "#1565c0", "broken": "#6a1b9a",
+            "inconclusive": "#b26a00"}
 _SPAN = 0.5
 """The interval bar shows -50% .. +50%; wider intervals are clipped at its ends."""
 _STYLE = """

@@ -55,6 +55,13 @@ class Bench:
     levels: tuple[Level, ...]
     kind: Literal["bench"] = "bench"
 
+    @property
+    def start(self) -> str | None:
+        """The server start that served this run (the run record's id; ``forklift bench`` against a run saves it),
+        None when the result does not say."""
+        start = self.target.get("start")
+        return None if start is None else f"{self.target.get('run')}:{start}"
+
     def level(self, key: str) -> Level | None:
         return next((lv for lv in self.levels if lv.key == key), None)
 

@@ -1,6 +1,17 @@
-"""Confidence intervals for the relative change of a metric between two sets of per-request samples.
+"""Confidence intervals for the relative change of a metric between two sides (A, the baseline; B, the candidate).
 
-Every interval here is a two-sample bootstrap (``scipy.stats.bootstrap``, requests of A and of B resampled
+Two kinds, combined by ``canary.compare``:
+
+- ``between_starts``: the unit of evidence is the server start. Each run gives one value of the metric; the runs
+  of one start are averaged (on the log scale), and the starts of each side are the samples. Their spread,
+  pooled over both sides, is mixed with a stated prior noise (``prior_sd`` per run from a fresh start, worth
+  ``prior_df`` degrees of freedom), and the interval is Student's t on the difference of the sides' log means.
+  With one start per side nothing in the data measures start-to-start noise: the interval is then the prior's
+  alone (t with ``prior_df`` degrees of freedom), so only a change beyond the prior noise can be decided.
+- ``relative_change``: the request-level bootstrap below, the within-run sampling noise. It is a floor: a
+  run-level interval is never reported narrower than it.
+
+Every request-level interval is a two-sample bootstrap (``scipy.stats.bootstrap``, requests of A and of B resampled
 independently, percentile method) of ``statistic(B) / statistic(A) - 1``. The resampling unit is the request:
 the data handed to scipy are request indices, and each statistic gathers what it needs from them, so the
 inter-token gaps of one request always travel together (a cluster bootstrap: gaps inside a request are not
@@ -110,3 +121,37 @@ def relative_change(stat_a: Statistic, n_a: int, stat_b: Statistic, n_b: int, *,
     if not (np.isfinite(low) and np.isfinite(high)):
         return None
     return Interval(value, low, high, confidence)
+
+
+DEFAULT_PRIOR_DF = 6.0
+"""How many degrees of freedom the prior noise is worth: as much evidence of the noise as seven starts per side
+would give. The data's own spread outweighs it from four starts per side on."""
+
+
+def between_starts(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *, prior_sd: float,
+                   prior_df: float = DEFAULT_PRIOR_DF, confidence: float = DEFAULT_CONFIDENCE) -> Interval | None:
+    """mean(B) / mean(A) - 1 (geometric means over starts of the per-start geometric mean of runs) with a t
+    interval whose variance pools the starts' spread on both sides with the prior (see the module's doc).
+    ``a`` and ``b`` hold, per start, the metric's value of each run. None when a side has no positive value."""
+    logs_a = [np.log(np.asarray(s, dtype=float)) for s in a if len(s)]
+    logs_b = [np.log(np.asarray(s, dtype=float)) for s in b if len(s)]
+    if not logs_a or not logs_b or not all(np.isfinite(x).all() for x in (*logs_a, *logs_b)):
+        return None
+    starts_a = np.array([x.mean() for x in logs_a])
+    starts_b = np.array([x.mean() for x in logs_b])
+    diff = float(starts_b.mean() - starts_a.mean())
+    ss = float(((starts_a - starts_a.mean()) ** 2).sum() + ((starts_b - starts_b.mean()) ** 2).sum())
+    df = prior_df + len(starts_a) - 1 + len(starts_b) - 1
+    if df <= 0:
+        return None
+    var = (prior_df * prior_sd ** 2 + ss) / df
+    half = float(sps.t.ppf(0.5 + confidence / 2, df)) * float(np.sqrt(var * (1 / len(starts_a) + 1 / len(starts_b))))
+    return Interval(float(np.expm1(diff)), float(np.expm1(diff - half)), float(np.expm1(diff + half)), confidence)
+
+
+def widest(*intervals: Interval | None) -> Interval | None:
+    """The first interval's value with the union of all their spans (None entries skipped; None if all are)."""
+    got = [i for i in intervals if i is not None]
+    if not got:
+        return None
+    return Interval(got[0].value, min(i.low for i in got), max(i.high for i in got), got[0].confidence)

@@ -64,14 +64,19 @@ def canary_cmd(
                                                           "the plans say both fit, instead of replacing it.")] = False,
     threshold: ThresholdOpt = DEFAULT_THRESHOLD,
     gate: GateOpt = None,
-    rebench: Annotated[bool, typer.Option("--rebench-baseline", help="Bench the baseline again right before the "
-                                                                     "swap and compare against that (a host whose "
-                                                                     "speed drifts).")] = False,
+    rebench: Annotated[bool, typer.Option("--rebench-baseline/--no-rebench-baseline",
+                                          help="Bench the baseline again right before the swap and compare against "
+                                               "that (same window; default).")] = True,
+    repeats: Annotated[int, typer.Option("--repeats", help="Bench runs per side; with --beside they alternate "
+                                                           "baseline / candidate while both run.")] = 1,
+    prior_noise: Annotated[float | None, typer.Option(
+        "--prior-noise", help="Run-to-run noise of one run from a fresh start (0.05 = 5%), as for compare.")] = None,
     force: ForceOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Try a change (a vLLM venv or image, a setting) against the running baseline: patch check, start the
-    candidate, the baseline's check tier and bench workload, compare; ok / regressed / broken. Exit 1 unless ok."""
+    candidate, the baseline's check tier and bench workload, compare; ok / regressed / inconclusive / broken.
+    Exit 1 unless ok (inconclusive included: the candidate was not shown to be as fast)."""
     if not set_:
         raise CanaryError("nothing to try: pass the change with --set", fix="For example --set runtime.python="
                           "/opt/vllm-next/bin/python, --set runtime.image=IMAGE or --set serve.max_num_seqs=8.")
@@ -83,7 +88,8 @@ def canary_cmd(
             err_console.print(f"[dim]{time.monotonic() - t0:6.1f}s[/] {phase}: {detail}", highlight=False)
 
     opts = canary_flow.Options(sets=tuple(set_), keep_on_ok=keep_on_ok, beside=beside, threshold=threshold,
-                               gate=gate_list(gate), force=force, rebench_baseline=rebench)
+                               gate=gate_list(gate), force=force, rebench_baseline=rebench, repeats=repeats,
+                               prior_noise=prior_noise)
     out = canary_flow.run(run_name, opts, on_event=on_event)
     if json_out:
         print_json(out.to_json())

