@@ -166,6 +166,8 @@ def _main() -> None:
             exc.show()  # type: ignore[attr-defined]
             sys.exit(int(getattr(exc, "exit_code", 2)))
         raise
+    if _terminated and rc == 130:  # typer answers an interrupt with Exit(130), which click returns: say SIGTERM
+        rc = 143
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

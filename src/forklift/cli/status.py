@@ -53,7 +53,7 @@ def status_cmd(name: NameArg = None, json_out: JsonOpt = False, pins: PinsOpt = 
     from forklift import record as records
     from forklift.cluster import down as ops
 
-    if name is None and len(records.list_names()) != 1:
+    if name is None and (len(records.list_names()) != 1 or records.list_unreadable()):
         _status_all(json_out)
         return
     s = ops.status(load_run(name))
