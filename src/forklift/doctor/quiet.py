@@ -31,6 +31,10 @@ STOP = re.compile(
 )
 ANSWERED = re.compile(r'"(?:GET|POST|PUT|DELETE) \S+ HTTP/[\d.]+" 2\d\d\b')
 DEBUG = re.compile(r"^(?:\(\w+ pid=\d+\) )?DEBUG \d\d-\d\d ")
+RESUME = re.compile(dict(PHASES)["starting"].pattern + "|" + ANSWERED.pattern + r"|Avg prompt throughput:")
+"""A line that ends a teardown: a new start, or the server still (or again) at work."""
+TEARDOWN_MAX = 400
+"""A stop's teardown (every process's goodbye and its tracebacks) fits in this many lines; what follows is read."""
 STATS = re.compile(r"Avg prompt throughput: ([\d.]+) tokens/s, Avg generation throughput: ([\d.]+) tokens/s, "
                    r"Running: (\d+) reqs")
 _LEVEL = re.compile(r"\b(?:INFO|DEBUG|WARN(?:ING)?|ERROR|CRITICAL|FATAL)\b")
@@ -86,19 +90,31 @@ def split(lines: Sequence[Line], run_served: bool) -> Split:
     if not run_served:
         return Split(list(lines))
     debug = sum(1 for x in lines if DEBUG.search(x.text))
-    kept = [x for x in lines if not DEBUG.search(x.text)] if debug else list(lines)
-    start = served(kept)
-    begin = start if start is not None else 0
-    stop = next((i for i in range(begin, len(kept)) if STOP.search(kept[i].text)), None)
-    teardown: list[Line] = []
+    rest = [x for x in lines if not DEBUG.search(x.text)] if debug else list(lines)
+    out = Split([], debug=debug)
+    while rest:
+        part, rest = _segment(rest, out)
+        out.kept.extend(part)
+    return out
+
+
+def _segment(lines: list[Line], out: Split) -> tuple[list[Line], list[Line]]:
+    """One stretch of a log up to the end of its teardown: the lines to keep (its request errors the server
+    answered after moved to ``out.survived``, its teardown to ``out.teardown``) and the lines after it (the
+    log of a later start, or traffic: the stop was not the end)."""
+    start = served(lines)
+    stop = next((i for i in range(start or 0, len(lines)) if STOP.search(lines[i].text)), None)
+    rest: list[Line] = []
     if stop is not None:
-        kept, teardown = kept[:stop], kept[stop:]
-    survived: list[Line] = []
+        end = min(len(lines), stop + TEARDOWN_MAX)
+        resume = next((i for i in range(stop + 1, end) if RESUME.search(lines[i].text)), end)
+        out.teardown.extend(lines[stop:resume])
+        lines, rest = lines[:stop], lines[resume:]
     if start is not None:
-        last = next((i for i in range(len(kept) - 1, start, -1) if ANSWERED.search(kept[i].text)), None)
+        last = next((i for i in range(len(lines) - 1, start, -1) if ANSWERED.search(lines[i].text)), None)
         if last is not None:
-            stretch = kept[start:last]
+            stretch = lines[start:last]
             drop = _request_errors(stretch)
-            survived = [x for k, x in enumerate(stretch) if k in drop]
-            kept = kept[:start] + [x for k, x in enumerate(stretch) if k not in drop] + kept[last:]
-    return Split(kept, teardown, survived, debug)
+            out.survived.extend(x for k, x in enumerate(stretch) if k in drop)
+            lines = lines[:start] + [x for k, x in enumerate(stretch) if k not in drop] + lines[last:]
+    return lines, rest

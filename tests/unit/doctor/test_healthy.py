@@ -124,3 +124,15 @@ def test_doctor_run_of_a_healthy_serving_run_exits_0(tmp_path: Path) -> None:
     assert [f for f in data["findings"] if f["severity"] != "info"] == []
     assert data["checks"][0]["status"] == "ok" and data["checks"][0]["summary"].startswith("no failure found")
     assert any(s.endswith("rank 0 log") for s in data["sources"])
+
+
+def test_a_failure_after_the_stop_of_an_earlier_run_in_the_same_file_is_read() -> None:
+    """One file with two runs: the first served and was stopped (SIGTERM), the next one failed to start."""
+    failed = (REPO / "tests" / "data" / "doctor" / "excerpts" / "tpu-inference-223-kv-cache.log").read_text()
+    text = CPU.read_text() + "(APIServer pid=2001) INFO 12-01 10:00:00 [api_server.py:1814] vLLM API server version " \
+        "0.32.0\n" + failed
+    top = _active(diagnose_sources([Source("two runs", scan_text([text]))]))
+    assert top and top[0].category == "kv_cache_insufficient"
+    long_goodbye = CPU.read_text() + "ERROR shutting down\n" * 2000 + failed  # no new start: read after the bound
+    top = _active(diagnose_sources([Source("long", scan_text([long_goodbye]))]))
+    assert top and top[0].category == "kv_cache_insufficient"
