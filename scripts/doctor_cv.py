@@ -1,10 +1,13 @@
 """Doctor's development figure: grouped cross-validation by thread of the whole engine over all measured data.
 
-    PYTHONPATH=src:.:/path/to/scikit-learn python scripts/doctor_cv.py [--folds 10] [--c 10]
+    PYTHONPATH=src:.:/path/to/scikit-learn python scripts/doctor_cv.py [--folds 10] [--c 10] [--by repository]
 
 Items: every labelled item of ``training_items`` (benchmarks/_doctor_corpus.py) (the corpus's train and held-out
-parts, the fresh batches in DEV_BATCHES, the older corpus). Folds: GroupKFold by source thread. Per fold the
-classifier is refitted as the training script fits it (the fold's own vocabulary, the knowledge documents
+parts, the fresh batches in DEV_BATCHES, the older corpus). Folds: GroupKFold by source thread, or with
+``--by repository`` by the thread's repository (``owner/name`` of ``owner/name#N``; other sources are their own
+group), so no repository has items on both sides of a fold: how the engine does on a repository it never saw.
+The corpus records when an item was collected, not when its thread was written, so no by-month split is offered.
+Per fold the classifier is refitted as the training script fits it (the fold's own vocabulary, the knowledge documents
 without the rules' example lines), and its out-of-fold probabilities (temperature fitted on them) feed the
 engine, which runs as ``forklift doctor`` runs it (rules + classifier + combination).
 
@@ -52,6 +55,12 @@ class _Without(Matcher):
         return rank(found, self.by_id)
 
 
+def repository(thread: str) -> str:
+    """``owner/name`` of an ``owner/name#N`` thread; any other source is its own group."""
+    head, sep, _ = thread.partition("#")
+    return head if sep and "/" in head and " " not in head else thread
+
+
 def out_of_fold(docs: list[Any], y: np.ndarray, groups: list[str], n_classes: int, c: float,
                 folds: int, classes: list[str]) -> np.ndarray:
     kd, kl = t.knowledge(classes, examples=False)
@@ -74,11 +83,12 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--folds", type=int, default=10)
     ap.add_argument("--c", type=float, default=10.0)
+    ap.add_argument("--by", choices=("thread", "repository"), default="thread")
     args = ap.parse_args(argv)
     items = t.training_items()
     classes = sorted({str(it.category) for it in items})
     y = np.array([classes.index(str(it.category)) for it in items])
-    groups = [it.thread for it in items]
+    groups = [it.thread if args.by == "thread" else repository(it.thread) for it in items]
     excerpts = [scan_text([it.text]) for it in items]
     docs = [terms(window_text(e.lines)) for e in excerpts]
     s = out_of_fold(docs, y, groups, len(classes), args.c, args.folds, classes)
@@ -86,7 +96,8 @@ def main(argv: list[str]) -> int:
     z = s / temp
     p = np.exp(z - z.max(axis=1, keepdims=True))
     p /= p.sum(axis=1, keepdims=True)
-    print(f"{len(items)} items, {len(set(groups))} threads, {len(classes)} classes; classifier out-of-fold top-1 "
+    print(f"{len(items)} items, {len(set(groups))} groups by {args.by}, {len(classes)} classes; classifier "
+          f"out-of-fold top-1 "
           f"{float((s.argmax(axis=1) == y).mean()):.4f} (C={args.c}, T={temp})")
     cites: dict[str, set[str]] = defaultdict(set)
     for r in load_rules():

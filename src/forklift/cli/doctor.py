@@ -1,7 +1,7 @@
 """``forklift doctor``: read a run (every rank and node), log files, dmesg or a pasted report; say what broke.
 
 Exit code: 1 when doctor names a failure (or is unsure between candidates), 0 when it finds none, 2 when it
-could not run (empty, binary or non-log input, a missing file, an unknown run).
+could not run (empty or binary input, a missing file, an unknown run).
 """
 
 from __future__ import annotations
@@ -36,17 +36,14 @@ _PHASE = re.compile(r"\(phase: ([^)]+)\)|during startup \((?!phase: )([^)]+)\)")
 
 
 def _checked(ex: Excerpt) -> Excerpt:
-    """Refuse input doctor cannot read, with the reason."""
+    """Refuse input doctor cannot read (empty or binary), with the reason; any text is read (one pasted line, a
+    traceback, an issue body, dmesg): what it does not show gives no finding, not a refusal."""
     name = ex.source or "input"
     if ex.total_bytes == 0 or ex.empty:
         raise DoctorError(f"{name} is empty", fix="Pass a log file, dmesg output, a pasted report, or a run name.")
     if ex.binary:
         raise DoctorError(f"{name} is binary, not text (NUL or undecodable bytes)",
                           fix="Pass the text log (decompress it first), dmesg output or a pasted report.")
-    if not ex.loglike:
-        raise DoctorError(f"{name} does not look like a log: no log levels, timestamps, tracebacks or error lines",
-                          fix="Pass the engine's log, dmesg / journalctl -k output, or an issue-style report "
-                              "with its error lines.")
     return ex
 
 

@@ -47,7 +47,7 @@ def to_checks(report: Report) -> list[CheckResult]:
     out: list[CheckResult] = []
     if not active:
         evidence = [Evidence(label="last error line", text=t) for t in report.error_tail]
-        out.append(CheckResult(id="doctor", status="ok", summary=f"no known failure in {report.lines_read} lines",
+        out.append(CheckResult(id="doctor", status="ok", summary=f"no failure found in {report.lines_read} lines",
                                details={"lines_read": report.lines_read}, evidence=evidence))
     elif report.unsure:
         cats = load_categories()

@@ -27,6 +27,7 @@ from forklift.doctor.features import failure_line, report_like, window, window_t
 from forklift.doctor.kb import load_categories
 from forklift.doctor.match import MAX_QUOTED, Matcher, default_matcher, rank
 from forklift.doctor.model import Finding, Line, Report, Rule
+from forklift.doctor.quiet import SERVING, Split, split, stalled
 from forklift.doctor.scan import Excerpt, scan_text
 from forklift.errors import DoctorError
 
@@ -126,14 +127,22 @@ def _combine(active: list[Finding], probs: dict[str, float], classifier: Classif
     total = sum(score.values()) or 1.0
     q = {c: v / total for c, v in score.items()}
     ranked = sorted(q.items(), key=lambda kv: (-kv[1], kv[0] not in best))
-    lines = [x for s in sources for x in window(s.excerpt.lines) if failure_line(x.text)][-EVIDENCE_LINES:]
+    windows = [x for s in sources for x in window(s.excerpt.lines)]
+    lines = [x for x in windows if failure_line(x.text)][-EVIDENCE_LINES:]
     scores = classifier.line_scores(lines) if classifier is not None else []
+    every = windows[-EVIDENCE_LINES:]
+    every_scores: list[list[float]] | None = None
     out: list[Finding] = []
     for c, p in ranked:
         if c in best:
             out.append(replace(best[c], confidence=p))
         elif classifier is not None and len(out) < max(CANDIDATES, len(best)):
-            out.append(_model_finding(c, p, classifier.evidence(lines, c, scores=scores), classifier))
+            evidence = classifier.evidence(lines, c, scores=scores)
+            if not evidence:  # no failure line speaks for it: a line of a written report may
+                every_scores = every_scores if every_scores is not None else classifier.line_scores(every)
+                evidence = classifier.evidence(every, c, scores=every_scores)
+            if evidence:  # a category no line speaks for is the classifier's prior, never shown
+                out.append(_model_finding(c, p, evidence, classifier))
         if len(out) >= max(CANDIDATES, len(best)) and all(x in {f.category for f in out} for x in best):
             break
     return out
@@ -159,25 +168,57 @@ def _tail(sources: Sequence[Source]) -> list[str]:
     return [x.text for x in _all_lines(sources) if failure_line(x.text)][-TAIL:]
 
 
+def _quiet(sources: Sequence[Source]) -> tuple[list[Source], list[Split], bool]:
+    """The sources with what a healthy run writes set apart (``quiet.split``), the splits, and whether the run
+    reached serving."""
+    run_served = any(SERVING.search(x.text) for x in _all_lines(sources))
+    splits = [split(s.excerpt.lines, run_served) for s in sources]
+    quiet = [replace(s, excerpt=replace(s.excerpt, lines=sp.kept)) for s, sp in zip(sources, splits, strict=True)]
+    return quiet, splits, run_served
+
+
+def _survived_notes(splits: Sequence[Split], matcher: Matcher, version: str | None) -> list[Finding]:
+    """Notes (info) for the request errors the server answered after: what the rules say they were."""
+    lines = [x for sp in splits for x in sp.survived]
+    if not lines:
+        return []
+    out = []
+    for f in matcher.run(lines, vllm_version=version):
+        if f.severity == "info" or f.superseded_by:
+            continue
+        out.append(replace(
+            f, severity="info", title=f"a request failed while the server kept serving: {f.title}",
+            cause=f"{f.cause} The server answered requests (HTTP 2xx) after these lines: a request failed, the "
+                  "deployment did not."))
+    return out
+
+
 def diagnose_sources(sources: Sequence[Source], context: Context | None = None, *,
                      matcher: Matcher | None = None, classifier: Classifier | None = None,
                      use_model: bool = True, threshold: float | None = None) -> Report:
-    """The report for a run's sources (files, rank logs, node collections) and what is known about the run."""
+    """The report for a run's sources (files, rank logs, node collections) and what is known about the run.
+
+    What a healthy run writes is not read as a failure (``quiet``): DEBUG lines, the teardown after a deliberate
+    stop of a run that reached serving, and request errors the server answered after. A run that reached serving
+    with no failure line left gets no finding from the classifier alone, and no finding is shown without lines
+    that speak for it."""
     matcher = matcher or default_matcher()
     version = context.vllm_version if context else None
+    phase = phase_of(x.text for x in _all_lines(sources))
+    sources, splits, run_served = _quiet(sources)
     found = _rule_findings(sources, matcher, version)
     active = [f for f in found if f.severity != "info" and not f.superseded_by]
     passive = [f for f in found if f not in active]
-    phase = phase_of(x.text for x in _all_lines(sources))
     if use_model and classifier is None:
         try:
             classifier = load_classifier()
         except DoctorError:  # a missing or foreign model file: the rules still answer
             classifier = None
     probs: dict[str, float] = {}
-    if classifier is not None and (active or _failure_evidence(sources)):
+    stuck = [line for s in sources if (line := stalled(s.excerpt.lines)) is not None]
+    if classifier is not None and (active or stuck or _failure_evidence(sources)):
         probs = _model_distribution(classifier, sources, context, phase)
-    elif classifier is not None and any(s.excerpt.lines for s in sources):
+    elif classifier is not None and not run_served and any(s.excerpt.lines for s in sources):
         probs = _model_distribution(classifier, sources, context, phase)
         if max(probs.values(), default=0.0) < MODEL_ONLY_MIN:  # no failure line and no clear cause: no finding
             probs = {}
@@ -186,11 +227,15 @@ def diagnose_sources(sources: Sequence[Source], context: Context | None = None, 
         findings[0] = _apply_patch_context(findings[0], context)
         if context and context.failed_host and not findings[0].host:
             findings[0] = replace(findings[0], host=context.failed_host)
+    else:
+        passive = _survived_notes(splits, matcher, version) + passive
     limit = threshold if threshold is not None else (classifier.threshold if classifier else DEFAULT_THRESHOLD)
     unsure = bool(findings) and findings[0].confidence < limit
     total_lines = sum(s.excerpt.total_lines for s in sources)
     total_bytes = sum(s.excerpt.total_bytes for s in sources)
-    return Report(findings + passive, total_lines, _tail(sources), unsure=unsure, threshold=limit,
+    tail = _tail([replace(s, excerpt=replace(s.excerpt, lines=sorted(sp.kept + sp.survived, key=lambda x: x.number)))
+                  for s, sp in zip(sources, splits, strict=True)])
+    return Report(findings + passive, total_lines, tail, unsure=unsure, threshold=limit,
                   bytes_read=total_bytes, phase=(context.phase if context and context.phase else phase),
                   context=context.to_json() if context else {})
 

@@ -11,7 +11,6 @@ same whether a log is screened or read whole.
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,13 +30,6 @@ MAX_KEPT = 10_000
 """Kept lines beyond the head: the first half and the last half of them are kept when there are more."""
 SNIFF_BYTES = 64 << 10
 
-_LOGLIKE = re.compile(
-    r"\b(?:INFO|WARN(?:ING)?|ERROR|DEBUG|CRITICAL|FATAL)\b|\d{1,2}:\d{2}:\d{2}|^\s*\[\s*\d+\.\d+\]|"
-    r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception|Exit)\b|NVRM|NCCL|\bXid\b|"
-    r"(?i:\b(?:error|failed|failure|killed|timed out|exception|fatal|warning|refused|denied|abort(?:ed)?)\b)"
-)
-
-
 @dataclass
 class Excerpt:
     """What was kept of one input, and what is known about the whole of it."""
@@ -53,10 +45,6 @@ class Excerpt:
     @property
     def empty(self) -> bool:
         return not any(line.text.strip() for line in self.lines)
-
-    @property
-    def loglike(self) -> bool:
-        return any(_LOGLIKE.search(line.text) for line in self.lines)
 
     def texts(self) -> list[str]:
         return [line.text for line in self.lines]

@@ -37,17 +37,15 @@ def test_the_table_shows_the_fix_and_the_evidence_line() -> None:
 
 def test_a_healthy_log_exits_0() -> None:
     res = runner.invoke(app, ["doctor", str(EX / "calib-h200-glm-healthy.log")])
-    assert res.exit_code == 0 and "no known failure" in res.stdout
+    assert res.exit_code == 0 and "no failure found" in res.stdout
 
 
-def test_empty_binary_and_non_log_input_exit_2_with_the_reason(tmp_path: Path) -> None:
+def test_empty_and_binary_input_exit_2_with_the_reason(tmp_path: Path) -> None:
     empty = tmp_path / "empty.log"
     empty.write_bytes(b"")
     binary = tmp_path / "blob.log"
     binary.write_bytes(bytes(range(256)) * 100)
-    prose = tmp_path / "list.txt"
-    prose.write_text("apples\nbananas\nthe shopping list for sunday\n")
-    for path, reason in ((empty, "is empty"), (binary, "is binary"), (prose, "does not look like a log")):
+    for path, reason in ((empty, "is empty"), (binary, "is binary")):
         res = runner.invoke(app, ["doctor", str(path)])
         assert res.exit_code == 2, (path.name, res.output)
         assert reason in res.output

@@ -90,11 +90,6 @@ def test_binary_and_empty_input_are_recognised() -> None:
     assert not scan_bytes((DATA / "excerpts" / "vllm-27508-kv-cache-gpt-oss.log").read_bytes(), "t").binary
 
 
-def test_prose_without_log_features_is_not_a_log() -> None:
-    assert not scan_bytes(b"apples\nbananas\nthe shopping list for sunday\n", "x").loglike
-    assert scan_bytes(b"Traceback (most recent call last):\nValueError: bad\n", "x").loglike
-
-
 def test_a_huge_line_is_cut_and_the_next_line_still_read() -> None:
     stream = io.BytesIO(b"x" * (5 * 1024 * 1024) + b"\n" + b"RuntimeError: Failed to infer device type\n")
     ex = scan_stream(stream, "h")

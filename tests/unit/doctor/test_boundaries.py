@@ -1,0 +1,66 @@
+"""Adjacent classes told apart by the evidence that separates them (``boundary`` in doctor/categories.yaml).
+
+Each input is the wording of the source that raises it (vLLM, PyTorch, pip, forklift's patcher), not a corpus
+thread, so no rule was written from these items."""
+
+from __future__ import annotations
+
+import pytest
+
+from forklift.doctor import Source, diagnose_sources, load_categories, scan_text
+
+PAIRS = {
+    "install vs version": [
+        ("ERROR: pip's dependency resolver does not currently take into account all the packages that are installed. "
+         "This behaviour is the source of the following dependency conflicts.\n"
+         "vllm 0.11.0 requires torch==2.8.0, but you have torch 2.9.0 which is incompatible.", "engine_install"),
+        ("ImportError: /usr/local/lib/python3.12/dist-packages/vllm/_C.abi3.so: undefined symbol: "
+         "_ZN3c104cuda9SetDeviceEab", "engine_install"),
+        ("ImportError: cannot import name 'AutoModelForVision2Seq' from 'transformers' "
+         "(/usr/local/lib/python3.12/dist-packages/transformers/__init__.py)", "version_mismatch"),
+    ],
+    "nccl hang vs shm stall vs free memory": [
+        ("[rank1]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation "
+         "timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600031 "
+         "milliseconds before timing out.", "nccl_hang_or_timeout"),
+        ("(EngineCore_DP0 pid=311) INFO 12-01 10:00:00 [shm_broadcast.py:466] No available shared memory broadcast "
+         "block found in 60 seconds. This typically happens when some processes are hanging or doing some "
+         "time-consuming work (e.g. compilation, weight/kv cache quantization).", "shm_broadcast_rpc_timeout"),
+        ("ValueError: Free memory on device cuda:0 (10.5/79.19 GiB) on startup is less than desired GPU memory "
+         "utilization (0.9, 71.27 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
+         "processes.", "startup_free_memory_check"),
+    ],
+    "runtime oom vs kv shortage": [
+        ("INFO 12-01 10:00:00 [gpu_model_runner.py:2653] Model loading took 14.99 GiB and 9.1 seconds\n"
+         "ERROR 12-01 10:00:09 [core.py:708]   File \"/vllm/v1/worker/gpu_model_runner.py\", line 3109, in profile_run"
+         "\n"
+         "ERROR 12-01 10:00:09 [core.py:708] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. "
+         "GPU 0 has a total capacity of 79.19 GiB of which 1.02 GiB is free.", "oom_gpu_runtime"),
+        ("ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is "
+         "needed, which is larger than the available KV cache memory (4.20 GiB). Based on the available memory, the "
+         "estimated maximum model length is 33600. Try increasing `gpu_memory_utilization` or decreasing "
+         "`max_model_len` when initializing the engine.", "kv_cache_insufficient"),
+    ],
+    "compile failure vs patch drift": [
+        ("torch._inductor.exc.InductorError: CalledProcessError: Command '['/usr/bin/gcc', '/tmp/tmpa1/main.c', "
+         "'-O3', '-shared', '-fPIC', '-o', '/tmp/tmpa1/cuda_utils.so']' returned non-zero exit status 1.",
+         "compile_failure"),
+        ("[forklift-patch] ERROR (drift): patch safetensors-fadvise-dontneed on /opt/venv/vllm (vLLM 0.12.0): "
+         "model_executor/model_loader/weight_utils.py: edit 1: function safetensors_weights_iterator not found",
+         "patch_drift"),
+    ],
+}
+CASES = [(pair, text, cat) for pair, items in PAIRS.items() for text, cat in items]
+
+
+def test_each_class_of_a_pair_writes_its_boundary() -> None:
+    cats = load_categories()
+    named = {c for items in PAIRS.values() for _, c in items}
+    assert {c for c in named if not cats[c].boundary} == set()
+
+
+@pytest.mark.parametrize(("pair", "text", "category"), CASES, ids=[f"{p}: {c}" for p, _, c in CASES])
+def test_the_evidence_that_separates_a_pair_decides_it(pair: str, text: str, category: str) -> None:
+    report = diagnose_sources([Source("t", scan_text([text]))])
+    top = next((f for f in report.findings if f.severity != "info" and not f.superseded_by), None)
+    assert top is not None and top.category == category, (pair, top and (top.category, top.rule))
