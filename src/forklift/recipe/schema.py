@@ -138,6 +138,13 @@ def _mount_from_text(value: object) -> object:
     raise ValueError(f"{value!r}: expected HOST:CONTAINER or HOST:CONTAINER:ro")
 
 
+def _mount_path(path: str) -> str:
+    """``docker run -v`` splits its value at ':' (SRC:DST:OPTIONS): a ':' in a path would add a mount or options."""
+    if ":" in path or any(c in path for c in "\0\n\r"):
+        raise ValueError(f"{path!r}: a mount path cannot hold ':' or control characters (docker -v splits at ':')")
+    return path
+
+
 class Mount(Strict):
     """One bind mount of a host path into the container (`docker run -v`)."""
 
@@ -150,14 +157,14 @@ class Mount(Strict):
     def _host_path(cls, v: str) -> str:
         if not v.startswith(("/", "~")):
             raise ValueError(f"{v!r}: a host path must be absolute or start with '~' (a bare name is a docker volume)")
-        return v
+        return _mount_path(v)
 
     @field_validator("container")
     @classmethod
     def _container_path(cls, v: str) -> str:
         if not v.startswith("/"):
             raise ValueError(f"{v!r}: the container path must be absolute")
-        return v
+        return _mount_path(v)
 
 
 class DockerRuntime(Strict):

@@ -73,7 +73,8 @@ class Salvaged:
         return groups + (f", port {self.port}" if self.port else "")
 
 
-_RANK_RE = re.compile(r'\{[^{}]*?"host":\s*"([^"]+)"[^{}]*?"pgid":\s*(\d+)[^{}]*?\}', re.S)
+_PGID_RE = re.compile(r'"pgid":\s*(\d+)')
+_HOST_RE = re.compile(r'"host":\s*"([^"]+)"')
 _SSH_RE = re.compile(r'"ssh":\s*"([^"]+)"')
 _ENDPOINT_RE = re.compile(r'"endpoint":\s*"(https?://[^"]+?:(\d+))"')
 
@@ -86,9 +87,13 @@ def salvage(name: str) -> Salvaged:
         text = (run_dir(name) / "record.json").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return out
-    for m in _RANK_RE.finditer(text):
-        ssh = _SSH_RE.search(m.group(0))
-        out.ranks.append(SalvagedRank(m.group(1), ssh.group(1) if ssh else None, int(m.group(2))))
+    for m in _PGID_RE.finditer(text):  # the rank object around each pgid, closed or cut off
+        start = text.rfind("{", 0, m.start()) + 1
+        end = text.find("}", m.end())
+        body = text[start:end if end >= 0 else len(text)]
+        host, ssh = _HOST_RE.search(body), _SSH_RE.search(body)
+        if host:
+            out.ranks.append(SalvagedRank(host.group(1), ssh.group(1) if ssh else None, int(m.group(1))))
     endpoint = _ENDPOINT_RE.search(text)
     if endpoint:
         out.endpoint, out.port = endpoint.group(1), int(endpoint.group(2))

@@ -159,3 +159,49 @@ def test_cli_ssh_targets_are_refused_before_ssh_runs(tmp_path: Path, argv: list[
     assert not canary.exists()
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert "Traceback" not in res.stderr and "ssh" in res.stderr.lower()
+
+
+@FUZZ
+@given(host=st.one_of(st.text(max_size=30), st.sampled_from(["-oProxyCommand=touch x", "a;b", "a b", "-h", "n1",
+                                                            "spark-a.lan", "10.0.0.2", "$(id)"])))
+def test_node_hosts_are_names_and_reach_ssh_only_as_a_destination(host: str) -> None:
+    raw = recipes.load("default").model_dump(mode="json")
+    raw["nodes"] = [{"host": host}]
+    try:
+        recipe = recipes.validate(raw)
+    except RecipeError as exc:
+        assert "nodes.0.host" in str(exc)
+        return
+    node = recipe.nodes[0]
+    assert not node.host.startswith("-") and not set(node.host) & set(" ;$`'\"\n")
+    if not node.is_local:
+        from forklift.launch.hosts import runner_for
+
+        try:
+            runner = runner_for(node)
+        except SshTargetError:
+            return  # a name recipes accept that ssh could not take as given: refused before any ssh runs
+        assert runner.base_argv()[-2:] == ["--", node.host]  # type: ignore[attr-defined]
+
+
+@FUZZ
+@given(src=st.text(max_size=25), dst=st.text(max_size=25), ro=st.booleans())
+def test_docker_mounts_are_one_argument_each_and_never_add_a_mount(src: str, dst: str, ro: bool) -> None:
+    """`docker run -v SRC:DST[:ro]` splits at ':': a path holding one would mount something else, or rw."""
+    from forklift.launch.render import render
+    from forklift.plan import for_launch
+
+    raw = recipes.load("default").model_dump(mode="json")
+    raw["runtime"] = {"kind": "docker", "image": "vllm-cpu:test", "gpus": None,
+                      "mounts": [{"host": "/" + src, "container": "/" + dst, "read_only": ro}]}
+    try:
+        recipe = recipes.validate(raw)
+    except RecipeError as exc:
+        assert "mounts" in str(exc)
+        return
+    launch = render(for_launch(recipe, force=True))
+    argv = launch.ranks[0].argv
+    values = [argv[i + 1] for i, a in enumerate(argv) if a == "-v"]
+    wanted = f"/{src}:/{dst}" + (":ro" if ro else "")
+    assert wanted in values
+    assert all(v.count(":") == (2 if v.endswith(":ro") else 1) for v in values)
