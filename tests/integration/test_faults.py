@@ -50,6 +50,7 @@ def _status(home: Path, name: str) -> dict[str, object]:
 
 
 def test_two_ups_at_once_one_serves_and_a_killed_head_is_not_ready(tmp_path: Path) -> None:
+    """Also the plain lifecycle: up, the group and port held, down leaves nothing, down again is a no-op."""
     home, port = tmp_path / "home", free_port()
     first = _start_up(home, "race", port)
     _wait_for("the first up to hold the name", lambda: (home / "runs" / ".locks" / "race.lock").read_text().strip())
@@ -60,6 +61,7 @@ def test_two_ups_at_once_one_serves_and_a_killed_head_is_not_ready(tmp_path: Pat
     assert first.returncode == 0, err
     head = _record(home, "race")["ranks"][0]  # type: ignore[index]
     assert _status(home, "race")["status"] == "ready"
+    assert head["pid"] in _pgid_members(head["pgid"]) and not _port_free(port)
 
     os.kill(head["pid"], signal.SIGKILL)
     _wait_for("the head to be gone", lambda: head["pid"] not in _pgid_members(head["pgid"]), 30)
@@ -72,6 +74,8 @@ def test_two_ups_at_once_one_serves_and_a_killed_head_is_not_ready(tmp_path: Pat
     assert down.returncode == 0, down.stderr
     assert _pgid_members(head["pgid"]) == [] and _port_free(port)
     assert _status(home, "race")["status"] == "stopped"
+    again = forklift("down", "race", "--json", home=home)  # idempotent
+    assert again.returncode == 0 and json.loads(again.stdout)["was_running"] is False
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

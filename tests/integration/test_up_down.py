@@ -78,26 +78,6 @@ def test_second_up_with_running_name_is_refused(served: Served) -> None:
     assert status["healthy"] is True
 
 
-def test_up_then_down_leaves_nothing(tmp_path: Path) -> None:
-    port = free_port()
-    res = forklift("up", "--name", "solo", "--set", f"serve.port={port}", "--json", home=tmp_path)
-    assert res.returncode == 0, res.stderr
-    record = json.loads((tmp_path / "runs" / "solo" / "record.json").read_text())
-    pgid = record["ranks"][0]["pgid"]
-    assert _pgid_members(pgid), "the engine should be running after up"
-    assert not _port_free(port)
-
-    down = forklift("down", "solo", "--json", home=tmp_path)
-    assert down.returncode == 0, down.stderr
-    assert json.loads(down.stdout)["was_running"] is True
-    assert _pgid_members(pgid) == []
-    assert _port_free(port)
-    again = forklift("down", "solo", "--json", home=tmp_path)
-    assert again.returncode == 0
-    assert json.loads(again.stdout)["was_running"] is False
-    assert json.loads(forklift("status", "solo", "--json", home=tmp_path).stdout)["status"] == "stopped"
-
-
 def test_engine_dying_at_startup_fails_fast_with_log_and_key(tmp_path: Path) -> None:
     port = free_port()
     t0 = time.monotonic()
