@@ -1,8 +1,10 @@
-"""Run records on disk: ``$FORKLIFT_HOME/runs/<name>/record.json`` (rank logs sit beside it)."""
+"""Run records on disk: ``$FORKLIFT_HOME/runs/<name>/record.json`` (rank logs sit beside it), and where the
+run's saved bench results are (``runs/<name>/bench/STAMP/results.json``: canary and monitor read them)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from forklift import paths
 from forklift.errors import RunError, RunNotFoundError
@@ -62,3 +64,14 @@ def save_status(record: RunRecord, status: Status) -> None:
 
 __all__ = ["RunRecord", "list_names", "list_records", "load", "resolve_name", "run_dir", "save_status",
            "validate_name"]
+
+
+def benches_dir(name: str) -> Path:
+    return run_dir(name) / "bench"
+
+
+def latest_bench(name: str) -> Path | None:
+    """The newest ``results.json`` `forklift bench NAME` saved, or None."""
+    folder = benches_dir(name)
+    paths_ = list(folder.glob("*/results.json")) if folder.is_dir() else []
+    return max(paths_, key=lambda p: (p.stat().st_mtime, p.name)) if paths_ else None
