@@ -114,8 +114,14 @@ class Monitor:
         runs = fan_out(((r.name, r) for r in self.records), self._scrape)
         nodes = fan_out(self._runners.items(), sample_node)
         node_samples = [nodes.results.get(h) or NodeSample(h, error=str(nodes.errors.get(h))) for h in self._runners]
-        return Snapshot(at=self._wall(), runs=tuple(runs.results[r.name] for r in self.records),
-                        nodes=tuple(node_samples))
+        run_samples = [runs.results.get(r.name) or _failed(r, runs.errors[r.name]) for r in self.records]
+        return Snapshot(at=self._wall(), runs=tuple(run_samples), nodes=tuple(node_samples))
+
+
+def _failed(record: RunRecord, exc: Exception) -> RunSample:
+    """A run whose scrape raised (a bug or a transport fault): shown as down with the error, the others go on."""
+    return RunSample(record.name, record.status, record.endpoint, record.served_name,
+                     tuple(dict.fromkeys(n.host for n in record.recipe.nodes)), None, f"{type(exc).__name__}: {exc}")
 
 
 def _node_runners(records: Sequence[RunRecord]) -> dict[str, Runner]:

@@ -93,3 +93,14 @@ def test_an_unreachable_server_is_a_run_that_is_down() -> None:
 def test_a_page_that_is_not_vllm_is_named() -> None:
     with _monitor(Server(["# HELP up\n# TYPE up gauge\nup 1\n"]), [0.0]) as mon:
         assert "no vllm:prompt_tokens" in (mon.tick().runs[0].error or "")
+
+
+def test_a_transport_that_raises_something_else_leaves_the_other_figures() -> None:
+    def broken(request: httpx.Request) -> httpx.Response:
+        raise RuntimeError("transport bug")
+
+    mon = monitor.Monitor([_record()], transport=httpx.MockTransport(broken),
+                          runners={"localhost": FakeRunner("localhost").on(["sh", "-c"], stdout=NODE)})
+    with mon:
+        snap = mon.tick()
+    assert snap.runs[0].error == "RuntimeError: transport bug" and snap.nodes[0].error is None
