@@ -133,3 +133,21 @@ def test_a_real_prometheus_scrapes_the_run_and_loads_the_rules(prometheus: tuple
     gen = httpx.get(f"{url}/api/v1/query", params={"query": f'vllm:generation_tokens_total{{run="{served.name}"}}'},
                     timeout=5).json()["data"]["result"]
     assert gen and float(gen[0]["value"][1]) >= 1
+
+
+@needs_prometheus
+def test_promtool_accepts_the_rules_with_a_bench_and_node_exporters(served: Served, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from forklift import record as records
+    from forklift.monitor import export as ex
+
+    monkeypatch.setenv("FORKLIFT_HOME", str(served.home))
+    rec = records.load(served.name)
+    export = ex.build(rec, node_exporters=[ex.Target("127.0.0.1:9100", "localhost")],
+                      bench=ex.BenchBaseline(42.5, 4, "results.json"))
+    files = ex.write(export, tmp_path)
+    for kind, what in (("prometheus", "config"), ("rules", "rules")):
+        done = subprocess.run([PROMTOOL or "promtool", "check", what, str(files[kind])], capture_output=True,
+                              text=True, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS: 6 rules found" in done.stdout  # with the throughput and node-exporter rules

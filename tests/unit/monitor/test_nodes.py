@@ -13,9 +13,10 @@ MemAvailable:   90000000 kB
 SwapTotal:       8388604 kB
 SwapFree:        8000000 kB
 """
-# The shape nvidia-smi --query-gpu=...,--format=csv,noheader,nounits prints (one row per GPU; N/A fields as GB10).
+# Row 0: what nvidia-smi 580.159.04 printed for GPU_FIELDS on an idle H200 (2026-12-01); row 1: a GB10-style row
+# (unified memory: nvidia-smi reports memory and power as [N/A]), written by hand in the same format.
 SMI = """\
-0, NVIDIA H200, 87, 120034, 143771, 61, 512.33, 1980
+0, NVIDIA H200, 0, 0, 143771, 39, 78.82, 345
 1, NVIDIA GB10, 3, [N/A], [N/A], 45, [N/A], 2418
 """
 SEP = "--forklift-monitor--\n"
@@ -32,8 +33,8 @@ def test_a_gpu_node_reads_memory_load_gpus_and_guard_events() -> None:
     assert s.mem_available_bytes == 90000000 * 1024 and s.mem_total_bytes == 130000000 * 1024
     assert s.swap_used_bytes == (8388604 - 8000000) * 1024 and s.load_1m == 0.52
     h200, gb10 = s.gpus
-    assert (h200.index, h200.name, h200.utilization_pct, h200.memory_used_mib, h200.temperature_c, h200.power_w,
-            h200.sm_clock_mhz) == (0, "NVIDIA H200", 87, 120034, 61, 512.33, 1980)
+    assert (h200.index, h200.name, h200.utilization_pct, h200.memory_used_mib, h200.memory_total_mib,
+            h200.temperature_c, h200.power_w, h200.sm_clock_mhz) == (0, "NVIDIA H200", 0, 0, 143771, 39, 78.82, 345)
     assert gb10.memory_used_mib is None and gb10.power_w is None and gb10.temperature_c == 45  # unified memory
     assert s.guard_events == ("2026-12-01 guard dropped caches",)
     argv = runner.calls[0].argv
@@ -61,3 +62,14 @@ def test_the_program_runs_on_this_machine() -> None:
 
     s = nodes.sample(LocalRunner())
     assert s.error is None and s.mem_total_bytes and s.mem_available_bytes is not None
+
+
+def test_the_program_as_an_h200_node_answered_it() -> None:
+    from tests.helpers import DATA
+
+    s = nodes.parse("h200", (DATA / "monitor" / "node-program-h200.txt").read_text())
+    assert s.error is None and s.mem_total_bytes == 131961788 * 1024 and s.swap_used_bytes == 0
+    (gpu,) = s.gpus
+    assert (gpu.name, gpu.memory_total_mib, gpu.temperature_c, gpu.power_w, gpu.sm_clock_mhz) == (
+        "NVIDIA H200", 143771, 35, 76.89, 345)
+    assert s.guard_events == ()  # no guard installed there
