@@ -19,11 +19,12 @@ install: $(VENV)/.installed system-packages
 	$(PY) -m compileall -q src
 
 # The cluster tests run real sshd (and a Docker daemon) in network namespaces and sync models with rsync; the
-# `forklift net` tests shape links with tc, block a port with nftables and measure with iperf3 (root only).
+# `forklift net` tests shape links with tc, block a port with nftables and measure with iperf3 (root only); the
+# monitor tests check the export with promtool and scrape a run with a real prometheus.
 system-packages:
-	@if [ "$$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/sbin/dockerd ] || ! command -v rsync >/dev/null || ! command -v ip >/dev/null || ! command -v iperf3 >/dev/null || ! command -v nft >/dev/null || [ ! -x /usr/bin/docker-registry ]; }; then \
+	@if [ "$$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/sbin/dockerd ] || ! command -v rsync >/dev/null || ! command -v ip >/dev/null || ! command -v iperf3 >/dev/null || ! command -v nft >/dev/null || [ ! -x /usr/bin/docker-registry ] || [ ! -x /usr/bin/prometheus ] || [ ! -x /usr/bin/promtool ]; }; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			openssh-server rsync iproute2 docker.io iperf3 nftables docker-registry >/dev/null; \
+			openssh-server rsync iproute2 docker.io iperf3 nftables docker-registry prometheus >/dev/null; \
 	fi
 
 # Test inputs fetched once and cached: five published vLLM releases' sources for the patch tests (~160 MB), and

@@ -254,6 +254,13 @@ class CompareError(ForkliftError):
     exit_code = 2
 
 
+class MonitorError(ForkliftError):
+    """``top`` or ``monitor export`` could not run: nothing to watch, a saved result unreadable, an output
+    directory unwritable (exit 2)."""
+
+    exit_code = 2
+
+
 class CanaryError(ForkliftError):
     """A canary could not run at all: no baseline run, no saved results, nowhere to put the candidate (exit 2).
     A candidate that regresses or breaks is a verdict, not this error."""

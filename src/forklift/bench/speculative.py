@@ -60,6 +60,7 @@ class LevelComparison:
             "draft_coverage": _r(st.get("draft_coverage"), 3),
             "num_drafts": st.get("num_drafts"),
             "baseline_drafts": ((b.counters.spec_decode or {}).get("num_drafts") if b.counters else None),
+            "suspect": st.get("suspect"),
         }
 
 
@@ -82,6 +83,7 @@ def compare(spec: BenchResult, base: BenchResult) -> dict[str, Any]:
         notes.append("the baseline server proposed drafts: it is not a run without speculative decoding")
     if any(not lv.stats for lv in levels):
         notes.append("the speculative server exported no spec-decode counters for some level")
+    notes += [f"c={lv.concurrency}: {lv.stats['suspect']}" for lv in levels if lv.stats.get("suspect")]
     return {
         "speculative": {"base_url": spec.target.get("base_url"), "run": spec.target.get("run"),
                         "model": spec.target.get("model")},

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from forklift.record import benches_dir as benches_dir  # re-exported: where canary reads and writes benches
+from forklift.record import latest_bench as latest_bench
 from forklift.record import run_dir
 
 
@@ -35,10 +37,6 @@ def fresh(parent: Path, suffix: str = "") -> Path:
 
 def checks_dir(name: str) -> Path:
     return run_dir(name) / "check"
-
-
-def benches_dir(name: str) -> Path:
-    return run_dir(name) / "bench"
 
 
 def canaries_dir(name: str) -> Path:
@@ -62,7 +60,3 @@ def latest_check(name: str) -> Path | None:
     folder = checks_dir(name)
     return _newest(list(folder.glob("*.json"))) if folder.is_dir() else None
 
-
-def latest_bench(name: str) -> Path | None:
-    folder = benches_dir(name)
-    return _newest(list(folder.glob("*/results.json"))) if folder.is_dir() else None

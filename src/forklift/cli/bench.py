@@ -93,6 +93,10 @@ def _print_result(result: bench.BenchResult, written: dict[str, Path]) -> None:
         prefill = f", prefill {ss.prefill_tok_s:.0f} tok/s" if ss.prefill_tok_s else ""
         console.print(f"single stream: decode {ss.decode_tok_s:.1f} tok/s{pct}{prefill}")
     for run in result.runs:
+        suspect = (run.counters.spec_decode or {}).get("suspect") if run.counters else None
+        if suspect:
+            console.print(f"[yellow]suspect speculative acceptance[/] at c={run.concurrency or '∞'}: {suspect}",
+                          highlight=False, soft_wrap=True)
         if run.counters and run.counters.match is False:
             j = run.counters.to_json()
             console.print(f"[red]server counters differ[/] at c={run.concurrency}: prompt "

@@ -5,6 +5,8 @@ from forklift.record.model import SCHEMA_VERSION, PatchPin, Pins, RankState, Run
 from forklift.record.store import (
     Salvaged,
     SalvagedRank,
+    benches_dir,
+    latest_bench,
     list_names,
     list_records,
     list_unreadable,
@@ -17,5 +19,6 @@ from forklift.record.store import (
 )
 
 __all__ = ["SCHEMA_VERSION", "PatchPin", "Pins", "RankState", "RunLock", "RunRecord", "Salvaged", "SalvagedRank",
-           "Status", "list_names", "list_records", "list_unreadable", "load", "migrate", "resolve_name", "run_dir",
-           "salvage", "save_status", "set_aside", "up_in_progress", "validate_name", "writable_state"]
+           "Status", "benches_dir", "latest_bench", "list_names", "list_records", "list_unreadable", "load", "migrate",
+           "resolve_name", "run_dir", "salvage", "save_status", "set_aside", "up_in_progress", "validate_name",
+           "writable_state"]

@@ -1,4 +1,5 @@
-"""Run records on disk: ``$FORKLIFT_HOME/runs/<name>/record.json`` (rank logs sit beside it)."""
+"""Run records on disk: ``$FORKLIFT_HOME/runs/<name>/record.json`` (rank logs sit beside it), and where the
+run's saved bench results are (``runs/<name>/bench/STAMP/results.json``: canary and monitor read them)."""
 
 from __future__ import annotations
 
@@ -157,5 +158,16 @@ def save_status(record: RunRecord, status: Status) -> None:
     record.save()
 
 
-__all__ = ["RunRecord", "Salvaged", "SalvagedRank", "list_names", "list_records", "list_unreadable", "load",
-           "resolve_name", "run_dir", "salvage", "save_status", "set_aside", "validate_name"]
+__all__ = ["RunRecord", "Salvaged", "SalvagedRank", "benches_dir", "latest_bench", "list_names", "list_records",
+           "list_unreadable", "load", "resolve_name", "run_dir", "salvage", "save_status", "set_aside", "validate_name"]
+
+
+def benches_dir(name: str) -> Path:
+    return run_dir(name) / "bench"
+
+
+def latest_bench(name: str) -> Path | None:
+    """The newest ``results.json`` `forklift bench NAME` saved, or None."""
+    folder = benches_dir(name)
+    paths_ = list(folder.glob("*/results.json")) if folder.is_dir() else []
+    return max(paths_, key=lambda p: (p.stat().st_mtime, p.name)) if paths_ else None

@@ -8,6 +8,11 @@ Over a window with deltas D, T, A, A_i and G generated tokens:
 * draft acceptance rate = A / T; per-position acceptance p_i = A_i / D
 * tokens per step = G / (G - A) (every step yields one token that was not a draft: the real speed-up ceiling)
 * draft coverage = D / (G - A) (the share of steps with a draft; below 1 for ngram and suffix)
+
+An acceptance rate of exactly 0 or 1 over many drafts is not a drafter's quality but a fault (``suspect``): no
+draft accepted (mean acceptance length exactly 1.00) is the known CUDA-graph bug, vllm-project/vllm#53030
+(PIECEWISE CUDA graphs with speculative decoding reject every draft silently); every draft accepted means the
+drafter is the target model itself or the accepted counter is broken.
 """
 
 from __future__ import annotations
@@ -24,6 +29,13 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 GENERATION = "vllm:generation_tokens"
 _NAMES = (DRAFTS, DRAFT_TOKENS, ACCEPTED, GENERATION)
+SUSPECT_MIN_DRAFTS = 100
+"""Drafts below which an acceptance of exactly 0 or 1 may be chance (a short or highly repetitive run)."""
+NONE_ACCEPTED = ("no draft token was accepted over {drafts:.0f} drafts (mean acceptance length exactly 1.00): "
+                 "the known CUDA-graph bug that rejects every draft silently (vllm-project/vllm#53030, PIECEWISE "
+                 "CUDA graphs with speculative decoding); try serve.enforce_eager: true or another vLLM build")
+ALL_ACCEPTED = ("every draft token was accepted over {drafts:.0f} drafts (acceptance exactly 1.00): the drafter "
+                "is the target model itself, or vLLM's accepted counter is broken; the speed-up is not real")
 
 
 @dataclass(frozen=True)
@@ -59,9 +71,23 @@ def parse(text: str, model: str | None = None) -> Counters:
                     present=DRAFTS in totals)
 
 
+def suspect(drafts: float, draft_tokens: float, accepted: float, *,
+            min_drafts: float = SUSPECT_MIN_DRAFTS) -> str | None:
+    """Why an acceptance of exactly 0 or 1 over at least ``min_drafts`` drafts is not to be trusted; None when it
+    is neither (or there were too few drafts to tell)."""
+    if drafts < min_drafts or draft_tokens <= 0:
+        return None
+    if accepted == 0:
+        return NONE_ACCEPTED.format(drafts=drafts)
+    if accepted >= draft_tokens:
+        return ALL_ACCEPTED.format(drafts=drafts)
+    return None
+
+
 def summarize(drafts: float, draft_tokens: float, accepted: float, per_pos: Sequence[float],
               generation: float | None) -> dict[str, Any]:
-    """The figures over one window of counter deltas (None where a denominator is zero or unknown)."""
+    """The figures over one window of counter deltas (None where a denominator is zero or unknown), and
+    ``suspect``: why the acceptance is not to be trusted, or None."""
     steps = generation - accepted if generation is not None else None
     return {
         "num_drafts": drafts,
@@ -72,6 +98,7 @@ def summarize(drafts: float, draft_tokens: float, accepted: float, per_pos: Sequ
         "per_position_acceptance_rate": [v / drafts if drafts else None for v in per_pos],
         "tokens_per_step": generation / steps if steps and generation is not None and steps > 0 else None,
         "draft_coverage": drafts / steps if steps and steps > 0 else None,
+        "suspect": suspect(drafts, draft_tokens, accepted),
     }
 
 

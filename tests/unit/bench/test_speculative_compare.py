@@ -50,3 +50,12 @@ def test_a_baseline_that_drafts_is_called_out() -> None:
 def test_different_workloads_are_refused() -> None:
     with pytest.raises(BenchError, match="workload"):
         compare(_result(1.1, STATS), _result(2.1, None, workload="prose"))
+
+
+def test_acceptance_stuck_at_zero_is_named_in_the_comparison() -> None:
+    from forklift.speculative.metrics import summarize
+
+    stuck = summarize(400, 1600, 0, [0, 0, 0, 0], 800)
+    out = compare(_result(2.1, stuck), _result(2.1, None))
+    assert out["levels"][0]["suspect"] == stuck["suspect"]
+    assert out["notes"] == [f"c=1: {stuck['suspect']}"] and "vllm-project/vllm#53030" in out["notes"][0]

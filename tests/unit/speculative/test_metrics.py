@@ -63,3 +63,14 @@ def test_delta_over_a_window() -> None:
     assert s["num_drafts"] == 10 and s["num_accepted_tokens"] == 15
     assert s["acceptance_length"] == pytest.approx(2.5)
     assert s["tokens_per_step"] == pytest.approx(30 / 15)
+
+
+def test_acceptance_of_exactly_zero_or_one_over_many_drafts_is_suspect() -> None:
+    none = metrics.summarize(400, 1600, 0, [0, 0, 0, 0], 800)
+    assert none["acceptance_length"] == 1.0 and none["acceptance_rate"] == 0.0
+    assert "vllm-project/vllm#53030" in none["suspect"] and "rejects every draft" in none["suspect"]
+    every = metrics.summarize(400, 1600, 1600, [400, 400, 400, 400], 2000)
+    assert "every draft token was accepted over 400 drafts" in every["suspect"]
+    assert metrics.summarize(400, 1600, 900, [300, 250, 200, 150], 1700)["suspect"] is None  # a real drafter
+    assert metrics.summarize(20, 80, 0, [0, 0, 0, 0], 60)["suspect"] is None  # too few drafts to tell
+    assert metrics.suspect(metrics.SUSPECT_MIN_DRAFTS, 4.0 * metrics.SUSPECT_MIN_DRAFTS, 0) is not None
