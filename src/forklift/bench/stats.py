@@ -44,6 +44,12 @@ def mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values)
 
 
+def pstdev(values: Sequence[float]) -> float:
+    """Population standard deviation (divides by n, like ``numpy.std``'s default); 0 for one value."""
+    centre = mean(values)
+    return math.sqrt(math.fsum((v - centre) ** 2 for v in values) / len(values))
+
+
 @dataclass(frozen=True)
 class Distribution:
     """Summary of one latency metric, in milliseconds."""

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from forklift import bench
+    from forklift.bench.ladder import LadderConfig
     from forklift.bench.stats import Distribution
     from forklift.endpoint import Target
 
@@ -123,6 +124,17 @@ def bench_cmd(
     spec_baseline: Annotated[str | None, typer.Option(
         "--spec-baseline", help="A run name or URL without speculative decoding: run the same workload there and "
         "report acceptance and the speed-up side by side.")] = None,
+    ladder: Annotated[bool, typer.Option(
+        "--ladder", help="A context-depth x concurrency ladder in llama-benchy's format (ladder.md/.json/.csv); "
+        "--input-len/--output-len are its pp/tg (default 2048/32).")] = False,
+    ladder_depths: Annotated[str | None, typer.Option(
+        "--ladder-depths", help="Tokens of prior context per rung; default 0,4096,16384.")] = None,
+    ladder_users: Annotated[str | None, typer.Option(
+        "--ladder-users", help="Concurrent users per rung; default 1,2,4,8.")] = None,
+    ladder_runs: Annotated[int | None, typer.Option(
+        "--ladder-runs", help="Batches of N simultaneous requests per cell (llama-benchy --runs); default 3.")] = None,
+    ladder_out: Annotated[Path | None, typer.Option(
+        "--ladder-out", help="Also write the ladder to this .md, .json or .csv file.")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Directory for results.json and report.html.")] = None,
     json_out: JsonOpt = False,
     **flags: Any,
@@ -130,13 +142,26 @@ def bench_cmd(
     """Measure TTFT, TPOT, ITL, E2E and throughput per concurrency level; write JSON and an HTML report."""
     from forklift import bench
     from forklift import record as records
-
-    config = BenchConfig.from_flags({opt.path: flags.get(opt.dest) for opt in options(BenchConfig)})
-    target = _target(name, url, model, tokenizer)
     from forklift.canary.store import fresh
 
+    values = {opt.path: flags.get(opt.dest) for opt in options(BenchConfig)}
+    if ladder:
+        from forklift.bench.ladder import LadderConfig
+
+        if spec_baseline:
+            from forklift.errors import BenchError
+
+            raise BenchError("--spec-baseline does not combine with --ladder",
+                             fix="Run the ladder on each server separately; their ladder.md files sit side by side.")
+        ladder_config = LadderConfig.from_flags(values, ladder_depths, ladder_users, ladder_runs)
+    config = BenchConfig.from_flags(values) if not ladder else None
+    target = _target(name, url, model, tokenizer)
     out_dir = out or fresh(records.run_dir(target.run_name) / "bench" if target.run_name
                            else Path.cwd() / "bench-results")  # two benches in one second get two folders
+    if ladder:
+        _ladder(ladder_config, target, out_dir, ladder_out, json_out)
+        return
+    assert config is not None
     result = _progress(config, target, json_out)
     written = bench.write_report(result, out_dir)
     comparison = _spec_baseline(spec_baseline, config, result, out_dir, json_out) if spec_baseline else None
@@ -151,6 +176,30 @@ def bench_cmd(
             console.print(_spec_table(comparison))
     if not result.complete:
         err_console.print(f"[red]incomplete[/]: {result.aborted}; partial results kept in {written['results']}")
+        raise typer.Exit(CUT_SHORT)
+
+
+def _ladder(config: LadderConfig, target: Target, out_dir: Path, extra: Path | None, json_out: bool) -> None:
+    """Run the ladder with a line per cell on stderr, write it, print the llama-benchy table (or the JSON)."""
+    from forklift.bench import ladder
+
+    def on_cell(cell: ladder.Cell, index: int, total: int) -> None:
+        err_console.print(f"[dim]cell {index + 1}/{total}: depth {cell.depth}, {cell.users} user(s), "
+                          f"{cell.requests} requests[/]")
+
+    report = ladder.run_on(config, target, on_cell)
+    written = ladder.write_all(report, out_dir)
+    if extra is not None:
+        written["extra"] = ladder.write(report, extra)
+    if json_out:
+        print_json(report.to_json() | {"files": {k: str(v) for k, v in written.items()}})
+    else:
+        console.print(ladder.markdown(report), markup=False, highlight=False, soft_wrap=True)
+        for cell in report.skipped:
+            console.print(f"[yellow]skipped[/] depth {cell.depth} x {cell.users} user(s): {cell.skip}")
+        console.print("files: " + ", ".join(str(p) for p in written.values()))
+    if not report.complete:
+        err_console.print(f"[red]incomplete[/]: {report.aborted}; measured cells kept in {written['json']}")
         raise typer.Exit(CUT_SHORT)
 
 

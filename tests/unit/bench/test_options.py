@@ -16,7 +16,8 @@ from forklift.errors import BenchError
 # The command line as it was before the options were built from the model (src/forklift/cli/bench.py, main).
 FLAGS = {"--url", "--model", "--tokenizer", "--concurrency", "-c", "--input-len", "--output-len", "--requests", "-r",
          "--rate", "--duration", "--prompts", "--warmup", "--slo-ttft-ms", "--slo-tpot-ms", "--slo-e2e-ms", "--seed",
-         "--out", "--json", "--workload", "--spec-baseline"}  # the last two: speculative decoding (issue 21)
+         "--out", "--json", "--workload", "--spec-baseline",  # these two: speculative decoding (issue 21)
+         "--ladder", "--ladder-depths", "--ladder-users", "--ladder-runs", "--ladder-out"}  # the ladder (issue 33)
 
 
 def _command() -> typer.core.TyperCommand:

@@ -109,3 +109,9 @@ def test_single_stream_against_the_roofline() -> None:
     ss = single_stream([run], 40.0, "run record plan")
     assert ss.decode_tok_s == pytest.approx(10.0) and ss.pct_of_roofline == pytest.approx(25.0)
     assert single_stream([], 40.0, "x").decode_tok_s is None
+
+
+def test_population_std_divides_by_n() -> None:
+    # 2 and 4: mean 3, squared deviations 1 and 1, over n = 2 -> 1 (the sample std would be sqrt(2))
+    assert stats.pstdev([2.0, 4.0]) == pytest.approx(1.0)
+    assert stats.pstdev([5.0]) == 0.0
