@@ -22,9 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from forklift.names import ENV_NAME, check_ssh_target
 from forklift.recipe.speculative import Speculative
-from forklift.runner.base import ENV_NAME
-from forklift.runner.ssh import check_ssh_target
 
 BUNDLED_PREFIX = "bundled:"
 _HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,252}")

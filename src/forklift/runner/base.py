@@ -6,16 +6,13 @@ the system OpenSSH client. argv stays a list until the transport edge.
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from forklift.errors import EnvNameError, RemoteCommandError
-
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-"""What an environment variable's name may be, everywhere forklift passes one (POSIX's portable names)."""
+from forklift.names import ENV_NAME
 
 
 def check_env(env: Mapping[str, str], host: str) -> None:
