@@ -6,11 +6,11 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from forklift.cluster import procs, remote
 from forklift.cluster.preflight import gpu_memory_used, listening_ports
 from forklift.cluster.stop import record_runners, stop_all
 from forklift.endpoint import Endpoint
 from forklift.errors import ForkliftError, RunError
+from forklift.host import procs, remote
 from forklift.launch.docker import LABEL_RUN_ID
 from forklift.recipe.schema import Recipe
 from forklift.record import RankState, RunRecord, SalvagedRank, salvage, save_status, set_aside, up_in_progress

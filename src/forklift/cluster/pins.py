@@ -100,7 +100,7 @@ def parse_build(stdout: str) -> Build:
 def _docker_python_argv(recipe: Recipe, rt: DockerRuntime, runner: Runner) -> list[str]:
     home = "~"
     if any(m.host.startswith("~") for m in rt.mounts):
-        from forklift.cluster import remote
+        from forklift.host import remote
 
         home = remote.home_dir(runner)
     mounts = [arg for m in rt.mounts for arg in

@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forklift.cluster import remote
 from forklift.cluster.engine import PROBE, vllm_version
 from forklift.cluster.modelfiles import HASHED, Listing, needed_files, remote_listing
-from forklift.cluster.procs import port_holder
 from forklift.errors import EngineNotInstalledError, ForkliftError, PreflightError, RunnerError
+from forklift.host import remote
+from forklift.host.procs import port_holder
 from forklift.launch.render import expand_home, python_for
 from forklift.net.preflight import link_checks
 from forklift.recipe import exposure

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from forklift.cluster import jobs, remote
+from forklift.cluster import jobs
 from forklift.cluster.copy import CopyOptions, NodeSync, copy_to, sha256_of
 from forklift.cluster.modelfiles import (
     INDEX,
@@ -37,6 +37,7 @@ from forklift.cluster.modelfiles import (
 )
 from forklift.cluster.transfer import Site
 from forklift.errors import TransferError
+from forklift.host import remote
 from forklift.launch.render import model_paths
 from forklift.recipe.schema import Recipe
 from forklift.runner import LocalRunner, Runner

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from forklift import speculative
-from forklift.cluster import procs
 from forklift.cluster.modelfiles import cache_repo_dir, hub_cache, local_listing, snapshot_dir
 from forklift.cluster.pins import collect as collect_pins
 from forklift.cluster.preflight import PreflightReport, run_preflight
@@ -36,6 +35,7 @@ from forklift.errors import (
     RunAlreadyRunningError,
     RunNotFoundError,
 )
+from forklift.host import procs
 from forklift.launch.flags import API_KEY_VAR
 from forklift.launch.hosts import runners_for
 from forklift.launch.model import Launch, NodePaths
