@@ -35,6 +35,7 @@ from forklift.errors import (
     RunAlreadyRunningError,
     RunNotFoundError,
 )
+from forklift.hardware.profiles import node_profile
 from forklift.host import procs
 from forklift.launch.flags import API_KEY_VAR
 from forklift.launch.hosts import runners_for
@@ -177,7 +178,7 @@ def preflight(plan: Plan | Unplanned, name: str, *, runners: Mapping[int, Runner
 def node_checks(recipe: Recipe, runners: Mapping[int, Runner], *, strict: bool) -> list[CheckResult]:
     """``forklift node``'s preflight on every node: the warnings (raises NodeError for them with ``strict``)."""
     def one(idx: int) -> list[CheckResult]:
-        name = "gb10" if recipe.nodes[idx].hardware == "gb10" else "auto"
+        name = node_profile(recipe.nodes[idx].hardware) or "auto"
         return node_preflight(runners[idx], resolve_profile(runners[idx], name))
 
     done = fan_out(((i, i) for i in runners), one)

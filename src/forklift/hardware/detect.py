@@ -9,22 +9,16 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from forklift.hardware.profiles import HardwareProfile, profiles
+from forklift.hardware.profiles import HardwareProfile, for_gpu, profiles
 
 if TYPE_CHECKING:
     from forklift.host.facts import HostFacts
 
 _GIB = 2**30
-# nvidia-smi names -> profile, most specific first ("GH200" contains "H200", which contains "H20")
-_GPU_NAMES = [("GB10", "gb10"), ("GH200", "gh200"), ("H200", "h200"), ("H100", "h100"), ("H20", "h20"),
-              ("B200", "b200"), ("A100-SXM4-80GB", "a100-80"), ("A100 80GB", "a100-80"), ("A100-PCIE-80GB", "a100-80"),
-              ("A100", "a100-40"), ("L40S", "l40s"), ("RTX 3090", "rtx3090"), ("RTX 4090", "rtx4090"),
-              ("RTX 5090", "rtx5090"), ("RTX 5070 Ti", "rtx5070ti")]
-
-
 def profile_for_gpu(name: str) -> str | None:
-    """The bundled profile of an nvidia-smi GPU name, or None."""
-    return next((prof for key, prof in _GPU_NAMES if key in name), None)
+    """The profile of an nvidia-smi GPU name (each profile's ``gpu_names`` in profiles.yaml), or None."""
+    found = for_gpu(name)
+    return found.name if found else None
 
 
 class Gpu(BaseModel):
