@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from forklift.cluster.engine import PROBE, vllm_version
-from forklift.cluster.modelfiles import HASHED, Listing, needed_files, remote_listing
+from forklift.distribution.modelfiles import HASHED, Listing, needed_files, remote_listing
 from forklift.errors import EngineNotInstalledError, ForkliftError, PreflightError
 from forklift.host import remote
 from forklift.host.facts import HostFacts, probe

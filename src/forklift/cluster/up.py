@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from forklift import speculative
-from forklift.cluster.modelfiles import cache_repo_dir, hub_cache, local_listing, snapshot_dir
 from forklift.cluster.pins import collect as collect_pins
 from forklift.cluster.preflight import PreflightReport, run_preflight
 from forklift.cluster.ready import FAIL_GRACE_S, wait_ready
 from forklift.cluster.start import EventFn, _noop, prepare_nodes, reach_nodes, secret_values, start_ranks
 from forklift.cluster.stop import is_alive, stop_all
+from forklift.distribution.modelfiles import cache_repo_dir, hub_cache, local_listing, snapshot_dir
 from forklift.errors import (
     DoesNotFitError,
     EngineStartupError,
