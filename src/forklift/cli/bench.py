@@ -129,7 +129,7 @@ def bench_cmd(
 
     config = BenchConfig.from_flags({opt.path: flags.get(opt.dest) for opt in options(BenchConfig)})
     target = _target(name, url, model, tokenizer)
-    from forklift.canary.store import fresh
+    from forklift.record.runfiles import fresh
 
     out_dir = out or fresh(records.run_dir(target.run_name) / "bench" if target.run_name
                            else Path.cwd() / "bench-results")  # two benches in one second get two folders
