@@ -13,6 +13,7 @@ from forklift.errors import ForkliftError, PlanError
 from forklift.hardware.profiles import NetworkProfile
 from forklift.hardware.profiles import network as get_network
 from forklift.model.load import SpecSource, spec_for
+from forklift.model.tensors import param_count
 from forklift.plan import calibrate, kvspecs, rules
 from forklift.plan.advice import advice, balanced_partition
 from forklift.plan.core import GIB, Core, context, core
@@ -99,7 +100,7 @@ def _plan(c: Core, applied: list[str]) -> Plan:
         kv_cache_dtype=_kv_dtype_name(c), gpu_memory_utilization=st.util, runner=st.runner, dp=st.dp,
         max_num_batched_tokens=st.mnbt, max_num_seqs=st.seqs, tp=st.tp, pp=st.pp, dcp=st.dcp,
         pp_partition=st.partition, suggested_pp_partition=suggested,
-        weights_total_gib=round(sum(r.weights_gib for r in c.ranks), 2), params_b=round(spec.param_count() / 1e9, 2),
+        weights_total_gib=round(sum(r.weights_gib for r in c.ranks), 2), params_b=round(param_count(spec) / 1e9, 2),
         calibrated=c.calibration is not None, ranks=c.ranks, roofline=roof, advice=advice(c), model_files=files,
         notes=[*all_notes, *file_notes],
     )
