@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from forklift import __version__
 from forklift.distribution.modelfiles import hub_snapshot, pulled_commit
 from forklift.launch.model import Launch
 from forklift.launch.render import expand_home, python_for
@@ -28,6 +27,7 @@ from forklift.recipe.schema import DockerRuntime, Recipe
 from forklift.record import PatchPin, Pins
 from forklift.results import CheckResult
 from forklift.runner import Runner, fan_out
+from forklift.version import __version__
 
 __all__ = ["BUILD_PROBE", "Build", "collect", "image_digest", "model_revision", "patch_pins", "probe_build",
            "recipe_hash"]

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from forklift import speculative
@@ -21,7 +22,7 @@ from forklift.plan.files import model_files
 from forklift.plan.model import Decisions, Plan, Roofline, Unplanned
 from forklift.plan.notes import claim_notes, notes, speculative_roofline_notes
 from forklift.plan.roofline import StageCost, compute
-from forklift.recipe.deployment import Deployment, from_recipe
+from forklift.recipe.deployment import Deployment, from_recipe, resolve
 from forklift.recipe.schema import Recipe
 
 
@@ -123,6 +124,13 @@ def _to_apply(c: Core) -> list[str]:
 def deployment_of(target: Deployment | Recipe) -> Deployment:
     """A library caller may pass a Recipe: it is resolved like a command's (cluster file, known facts)."""
     return target if isinstance(target, Deployment) else from_recipe(target)
+
+
+def for_recipe(recipe: str | None = None, overrides: Sequence[str] = (), *, vllm_version: str | None = None,
+               apply: bool = False) -> Plan:
+    """``forklift plan RECIPE --set K=V`` as a call: resolve the recipe (a bundled name or a YAML file; None: the
+    default) with the node facts measured before, then ``make`` its plan (``forklift.plan(...)`` calls this)."""
+    return make(resolve(recipe, overrides), vllm_version=vllm_version, apply=apply)
 
 
 def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source: SpecSource | None = None,
