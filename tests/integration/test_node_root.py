@@ -23,6 +23,7 @@ import pytest
 
 from forklift import node
 from forklift.errors import NodeError
+from forklift.host.parse import meminfo as parse_meminfo
 from forklift.node import facts as F
 from forklift.node.guard import has_cap_sys_resource
 from forklift.runner import Completed, LocalRunner
@@ -57,7 +58,7 @@ def real_sysctls() -> dict[str, str]:
 
 
 def meminfo() -> dict[str, int]:
-    return F.parse_meminfo(Path("/proc/meminfo").read_text())
+    return parse_meminfo(Path("/proc/meminfo").read_text())
 
 
 @pytest.fixture

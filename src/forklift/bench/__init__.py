@@ -11,6 +11,8 @@ cheap to import.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from forklift.bench.result import BenchResult, RequestRecord, RunResult, SingleStream
     from forklift.bench.roofline import Roofline
     from forklift.bench.stats import Slo, percentile
+    from forklift.endpoint import Target
 
 _HOMES = {
     "BenchConfig": "config", "BenchResult": "result", "Progress": "loadgen", "RequestRecord": "result",
@@ -51,3 +54,15 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(f"forklift.bench.{home}"), _NAMES_THERE.get(name, name))
     globals()[name] = value
     return value
+
+
+class _Bench(types.ModuleType):
+    """The package is also the public call: ``forklift.bench(config, target)`` is ``run``."""
+
+    def __call__(self, config: BenchConfig, target: Target) -> BenchResult:
+        from forklift.bench.loadgen import run as run_bench
+
+        return run_bench(config, target)
+
+
+sys.modules[__name__].__class__ = _Bench

@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forklift import __version__
 from forklift.bench import stats
 from forklift.bench.config import BenchConfig
 from forklift.bench.result import BenchResult, RequestRecord
 from forklift.errors import BenchError
+from forklift.version import __version__
 
 if TYPE_CHECKING:
     from forklift.bench.loadgen import OnEvent

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from forklift.canary import html, measure, store
+from forklift.canary import html, measure
 from forklift.canary.candidate import PatchCheck, fits_beside, runtime_changed
 from forklift.canary.compare import DEFAULT_THRESHOLD, Comparison, compare
 from forklift.canary.ops import LiveOps, Ops
@@ -37,7 +37,7 @@ from forklift.canary.saved import Bench, Check, from_json
 from forklift.canary.saved import load as load_saved
 from forklift.errors import CanaryError, EngineStartupError, ForkliftError, RunNotFoundError
 from forklift.plan import Plan, Unplanned, for_launch
-from forklift.record import RunRecord
+from forklift.record import RunRecord, runfiles
 from forklift.record import load as load_record
 
 Verdict = Literal["ok", "regressed", "inconclusive", "broken"]
@@ -118,7 +118,7 @@ def _saved_or_measure(record: RunRecord, ops: Ops, on_event: EventFn, notes: lis
                       runs: int = 1) -> Baseline:
     """The baseline's check report and bench results (``runs`` of them when it is benched again now)."""
     name = record.name
-    check_path, bench_path = store.latest_check(name), store.latest_bench(name)
+    check_path, bench_path = runfiles.latest_check(name), runfiles.latest_bench(name)
     extra: list[Bench] = []
     if rebench and bench_path is not None:
         previous = load_saved(bench_path)
@@ -130,15 +130,15 @@ def _saved_or_measure(record: RunRecord, ops: Ops, on_event: EventFn, notes: lis
                 got = from_json(data, str(path))
                 assert isinstance(got, Bench)
                 extra.append(got)
-        bench_path = store.latest_bench(name)
+        bench_path = runfiles.latest_bench(name)
     if check_path is None:
         on_event("baseline", "no saved check report: running the quick tier against the baseline now")
         ops.check(record, "quick", None, save=True)
-        check_path = store.latest_check(name)
+        check_path = runfiles.latest_check(name)
     if bench_path is None:
         on_event("baseline", "no saved bench result: running the default canary workload against the baseline")
         ops.bench(record, dict(measure.DEFAULT_WORKLOAD), None)
-        bench_path = store.latest_bench(name)
+        bench_path = runfiles.latest_bench(name)
     if check_path is None or bench_path is None:
         raise CanaryError(f"{name}: the baseline's results could not be saved",
                           fix=f"Run `forklift check {name}` and `forklift bench {name}` by hand, then the canary.")
@@ -256,10 +256,10 @@ def _keep(cand: RunRecord, out: Outcome) -> None:
     """The kept candidate's results become the run's latest (a later canary compares against them)."""
     check_src = out.folder / "candidate-check.json"
     if check_src.is_file():
-        store.save_check(cand.name, json.loads(check_src.read_text()), cand.run_id)
+        runfiles.save_check(cand.name, json.loads(check_src.read_text()), cand.run_id)
     bench_src = out.folder / "candidate-bench"
     if bench_src.is_dir():
-        shutil.copytree(bench_src, store.fresh(store.benches_dir(cand.name)))
+        shutil.copytree(bench_src, runfiles.fresh(runfiles.benches_dir(cand.name)))
     out.kept = True
 
 
@@ -331,7 +331,7 @@ def run(name: str, opts: Options, *, ops: Ops | None = None, on_event: EventFn =
     interleave = opts.beside and opts.repeats > 1
     baseline = _saved_or_measure(base, ops, on_event, notes, opts.rebench_baseline and not interleave,
                                  1 if interleave else opts.repeats)
-    folder = store.fresh(store.canaries_dir(name))
+    folder = runfiles.fresh(runfiles.canaries_dir(name))
     folder.mkdir(parents=True)
     (folder / "baseline-record.json").write_text(base.model_dump_json(indent=2))
     out = Outcome(name, "beside" if opts.beside else "replace", sets, folder, notes=notes,

@@ -12,13 +12,12 @@ from forklift.bench.config import BenchConfig
 from forklift.bench.loadgen import run as run_load
 from forklift.bench.report import write as write_report
 from forklift.bench.stats import Slo
-from forklift.canary import store
 from forklift.check.result import CHECK_IDS, CheckId, Tier
 from forklift.check.runner import Options
 from forklift.check.runner import run as run_checks
 from forklift.endpoint import Target
 from forklift.errors import CanaryError
-from forklift.record import RunRecord
+from forklift.record import RunRecord, runfiles
 
 DEFAULT_WORKLOAD: dict[str, Any] = {"concurrency": [4], "input_len": 128, "output_len": 64, "requests": 24,
                                     "warmup": 2, "seed": 0}
@@ -42,7 +41,7 @@ def run_check(record: RunRecord, tier: str = "quick", only: Sequence[str] | None
     report = run_checks(Target.from_record(record), chosen, Options(only=_check_ids(only)))
     data = report.to_json()
     if save:
-        store.save_check(record.name, data, record.run_id)
+        runfiles.save_check(record.name, data, record.run_id)
     return data
 
 
@@ -68,5 +67,5 @@ def config_from(settings: dict[str, Any]) -> BenchConfig:
 def run_bench(record: RunRecord, settings: dict[str, Any], out_dir: Path | None = None) -> tuple[dict[str, Any], Path]:
     """The same workload against the run; results.json and report.html written (by default with the run)."""
     result = run_load(config_from(settings), Target.from_record(record))
-    written = write_report(result, out_dir or store.fresh(store.benches_dir(record.name)))
+    written = write_report(result, out_dir or runfiles.fresh(runfiles.benches_dir(record.name)))
     return result.to_json(), written["results"]

@@ -9,12 +9,15 @@ Names are imported on first use: the suite needs the ``openai`` client, which ``
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from forklift.check.parity import Transcript, reference_from
     from forklift.check.result import CHECK_IDS, CheckId, Report, Tier
     from forklift.check.runner import Options, plan, run, save_reference
+    from forklift.endpoint import Target
 
 _HOMES = {
     "CHECK_IDS": "result", "CheckId": "result", "Options": "runner", "Report": "result", "Tier": "result",
@@ -43,3 +46,15 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(f"forklift.check.{home}"), name)
     globals()[name] = value
     return value
+
+
+class _Checks(types.ModuleType):
+    """The package is also the public call: ``forklift.check(target, tier, opts)`` is ``run``."""
+
+    def __call__(self, target: Target, tier: Tier = "quick", opts: Options | None = None) -> Report:
+        from forklift.check.runner import run as run_checks
+
+        return run_checks(target, tier, opts)
+
+
+sys.modules[__name__].__class__ = _Checks

@@ -142,7 +142,7 @@ def bench_cmd(
     """Measure TTFT, TPOT, ITL, E2E and throughput per concurrency level; write JSON and an HTML report."""
     from forklift import bench
     from forklift import record as records
-    from forklift.canary.store import fresh
+    from forklift.record.runfiles import fresh
 
     values = {opt.path: flags.get(opt.dest) for opt in options(BenchConfig)}
     if ladder:

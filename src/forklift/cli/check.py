@@ -130,8 +130,8 @@ def check_cmd(
     tier: check.Tier = "full" if full else "quick"
     report = check.run(target, tier, opts, on_result=None if json_out else print_progress)
     if target.run_name:  # kept with the run: a later `forklift canary` repeats and compares it
-        from forklift.canary.store import save_check
         from forklift.record import load as load_record
+        from forklift.record.runfiles import save_check
 
         save_check(target.run_name, report.to_json(), load_record(target.run_name).run_id)
     if json_out:

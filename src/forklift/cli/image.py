@@ -10,7 +10,7 @@ from rich.markup import escape
 from forklift.cli.common import JsonOpt, SetOpt, console, print_json
 from forklift.cli.model import NodeSshOpt
 from forklift.cli.progress import node_bars
-from forklift.cluster.images import ImageOptions, ImageReport, sync_image
+from forklift.distribution.images import ImageOptions, ImageReport, sync_image
 from forklift.launch.hosts import runners_for
 from forklift.recipe import resolve
 from forklift.runner.ssh import default_ssh_config

@@ -112,7 +112,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from forklift import __version__
+        from forklift.version import __version__
 
         print(f"forklift {__version__}")
         raise typer.Exit(0)

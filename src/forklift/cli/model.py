@@ -11,9 +11,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from forklift.cli.common import JsonOpt, RecipeArg, SetOpt, console, print_json
 from forklift.cli.progress import node_bars
-from forklift.cluster.copy import CopyOptions
-from forklift.cluster.pull import PullReport, pull
-from forklift.cluster.sync import SyncReport, sync
+from forklift.distribution.copy import CopyOptions
+from forklift.distribution.pull import PullReport, pull
+from forklift.distribution.sync import SyncReport, sync
 from forklift.errors import HubError, ModelError, ModelNotFoundError
 from forklift.launch.hosts import runners_for
 from forklift.model import bundled

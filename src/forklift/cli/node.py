@@ -14,10 +14,12 @@ from forklift import node
 from forklift.cli.checks import print_checks
 from forklift.cli.common import JsonOpt, console, err_console, print_json
 from forklift.errors import ForkliftError, RecipeError
+from forklift.hardware.profiles import node_profile
 from forklift.launch.hosts import runners_for
+from forklift.names import check_ssh_target
 from forklift.recipe import bundled_names, resolve
 from forklift.runner import LocalRunner, Runner
-from forklift.runner.ssh import SshRunner, check_ssh_target, default_ssh_config
+from forklift.runner.ssh import SshRunner, default_ssh_config
 
 LOCAL = ("localhost", "local", "127.0.0.1")
 STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
@@ -51,7 +53,7 @@ def _is_recipe(arg: str) -> bool:
 
 def _targets(args: list[str] | None, profile: str) -> list[tuple[str, Runner, str]]:
     """(name, runner, profile) for every node named: a recipe expands to its nodes, each with the profile its
-    hardware implies (gb10 for GB10 nodes) unless --profile names one."""
+    hardware implies (its profile's node_profile: gb10 for GB10 nodes) unless --profile names one."""
     out: list[tuple[str, Runner, str]] = []
     for arg in args or ["localhost"]:
         if not _is_recipe(arg):
@@ -60,7 +62,7 @@ def _targets(args: list[str] | None, profile: str) -> list[tuple[str, Runner, st
         recipe = resolve(arg).recipe
         runners = runners_for(recipe, ssh_config=default_ssh_config())
         for i, n in enumerate(recipe.nodes):
-            chosen = profile if profile != "auto" else ("gb10" if n.hardware == "gb10" else "auto")
+            chosen = profile if profile != "auto" else (node_profile(n.hardware) or "auto")
             out.append((n.host, runners[i], chosen))
     return out
 

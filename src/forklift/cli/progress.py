@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
 from forklift.cli.common import err_console
-from forklift.cluster.transfer import Progress as NodeProgress
-from forklift.cluster.transfer import ProgressFn
+from forklift.distribution.transfer import Progress as NodeProgress
+from forklift.distribution.transfer import ProgressFn
 
 
 def rate_text(bytes_per_s: float) -> str:

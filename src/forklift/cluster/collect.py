@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from forklift.errors import ForkliftError
+from forklift.host.facts import probe
 from forklift.record import RankState, RunRecord
 from forklift.runner import Runner, fan_out
 
@@ -64,14 +65,6 @@ class Collection:
         for p in self.pieces:
             out.setdefault(p.host, []).append(p.label)
         return out
-
-
-def meminfo(text: str) -> tuple[int, int] | None:
-    found = re.finditer(r"^(MemAvailable|MemTotal):\s+(\d+) kB", text, re.M)
-    values = {m.group(1): int(m.group(2)) * 1024 for m in found}
-    if "MemAvailable" in values and "MemTotal" in values:
-        return values["MemAvailable"], values["MemTotal"]
-    return None
 
 
 _DMESG_ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)[,.]\d+([+-]\d\d:?\d\d)")
@@ -141,10 +134,11 @@ def _node(runner: Runner, host: str, containers: list[str], *, kernel: bool, ray
           since: float | None) -> tuple[list[Piece], tuple[int, int] | None]:
     runner.run(["true"], timeout=TIMEOUT_S).check()
     pieces: list[Piece] = []
-    mem = runner.run(["cat", "/proc/meminfo"], timeout=TIMEOUT_S)
-    figures = meminfo(mem.stdout) if mem.returncode == 0 else None
-    if figures:
-        avail, total = figures
+    found = probe(runner, ("memory",))
+    avail, total = found.mem_available, found.mem_total
+    figures = None
+    if avail is not None and total is not None and "memory" not in found.unread:
+        figures = (avail, total)
         pieces.append(Piece(host, "memory", f"forklift: node {host} MemAvailable {avail / 2**30:.1f} GiB of "
                                             f"MemTotal {total / 2**30:.1f} GiB"))
     if kernel:

@@ -6,11 +6,11 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from forklift.cluster import procs, remote
-from forklift.cluster.preflight import gpu_memory_used, listening_ports
 from forklift.cluster.stop import record_runners, stop_all
 from forklift.endpoint import Endpoint
 from forklift.errors import ForkliftError, RunError
+from forklift.host import procs, remote
+from forklift.host.facts import probe
 from forklift.launch.docker import LABEL_RUN_ID
 from forklift.recipe.schema import Recipe
 from forklift.record import RankState, RunRecord, SalvagedRank, salvage, save_status, set_aside, up_in_progress
@@ -53,7 +53,7 @@ def _wait_port_free(recipe: Recipe, head: Runner, timeout_s: float = 15) -> bool
             return procs.port_free_local(recipe.serve.host, port)
     else:
         def free() -> bool:
-            return port not in listening_ports(head)
+            return port not in (probe(head, ("ports",)).listening or ())
     deadline = time.monotonic() + timeout_s
     while not free():
         if time.monotonic() > deadline:
@@ -71,7 +71,7 @@ def _accelerators(record: RunRecord, runners: Mapping[int, Runner], recipe: Reci
         mine = set(record.gpu_indices.get(host, range(len(base))))  # other GPUs' memory is not this run's
         deadline = time.monotonic() + timeout_s
         while True:
-            now = gpu_memory_used(runners[idx])
+            now = probe(runners[idx], ("gpus",)).gpu_used_mib
             over = max((u - b for i, (u, b) in enumerate(zip(now, base, strict=False)) if i in mine), default=0)
             if over <= GPU_SLACK_MIB:
                 return "released"

@@ -19,8 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from forklift import __version__
-from forklift.cluster.modelfiles import hub_snapshot, pulled_commit
+from forklift.distribution.modelfiles import hub_snapshot, pulled_commit
 from forklift.launch.model import Launch
 from forklift.launch.render import expand_home, python_for
 from forklift.patches import recipes as recipe_patches
@@ -28,6 +27,7 @@ from forklift.recipe.schema import DockerRuntime, Recipe
 from forklift.record import PatchPin, Pins
 from forklift.results import CheckResult
 from forklift.runner import Runner, fan_out
+from forklift.version import __version__
 
 __all__ = ["BUILD_PROBE", "Build", "collect", "image_digest", "model_revision", "patch_pins", "probe_build",
            "recipe_hash"]
@@ -100,7 +100,7 @@ def parse_build(stdout: str) -> Build:
 def _docker_python_argv(recipe: Recipe, rt: DockerRuntime, runner: Runner) -> list[str]:
     home = "~"
     if any(m.host.startswith("~") for m in rt.mounts):
-        from forklift.cluster import remote
+        from forklift.host import remote
 
         home = remote.home_dir(runner)
     mounts = [arg for m in rt.mounts for arg in

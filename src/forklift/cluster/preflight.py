@@ -11,11 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forklift.cluster import remote
 from forklift.cluster.engine import PROBE, vllm_version
-from forklift.cluster.modelfiles import HASHED, Listing, needed_files, remote_listing
-from forklift.cluster.procs import port_holder
-from forklift.errors import EngineNotInstalledError, ForkliftError, PreflightError, RunnerError
+from forklift.distribution.modelfiles import HASHED, Listing, needed_files, remote_listing
+from forklift.errors import EngineNotInstalledError, ForkliftError, PreflightError
+from forklift.host import remote
+from forklift.host.facts import HostFacts, probe
+from forklift.host.procs import port_holder
 from forklift.launch.render import expand_home, python_for
 from forklift.net.preflight import link_checks
 from forklift.recipe import exposure
@@ -58,55 +59,14 @@ class PreflightReport:
 
 
 @dataclass(frozen=True)
-class NodeFacts:
-    """What one node reported (gathered in parallel, judged afterwards)."""
+class NodeReport:
+    """What one node reported (gathered in parallel, judged afterwards): its host facts and what the run needs."""
 
     version: str | None
     listing: Listing | None
-    mem_available: int | None
-    disk_free: int | None
-    listening: frozenset[int]
-    gpu_used_mib: list[int]
+    host: HostFacts
     checks: tuple[CheckResult, ...]
     image_id: str | None = None
-
-
-def listening_ports(runner: Runner) -> frozenset[int]:
-    """TCP ports in LISTEN state in the host's network namespace (from /proc/net/tcp{,6})."""
-    res = runner.run(["cat", "/proc/net/tcp", "/proc/net/tcp6"], timeout=30)
-    ports: set[int] = set()
-    for line in res.stdout.splitlines()[1:]:
-        parts = line.split()
-        if len(parts) > 3 and parts[3] == "0A" and ":" in parts[1]:
-            ports.add(int(parts[1].rsplit(":", 1)[1], 16))
-    return frozenset(ports)
-
-
-def _meminfo(runner: Runner) -> int | None:
-    res = runner.run(["cat", "/proc/meminfo"], timeout=30)
-    for line in res.stdout.splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
-def _disk_free(runner: Runner, path: str) -> int | None:
-    res = runner.run(["df", "-Pk", path], timeout=30)
-    rows = res.stdout.strip().splitlines()
-    if res.returncode != 0 or len(rows) < 2:
-        return None
-    return int(rows[-1].split()[3]) * 1024
-
-
-def gpu_memory_used(runner: Runner) -> list[int]:
-    """MiB used per accelerator as nvidia-smi reports it; [] when the host has no nvidia-smi."""
-    try:
-        res = runner.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"], timeout=30)
-    except RunnerError:
-        return []
-    if res.returncode != 0:
-        return []
-    return [int(x.strip()) for x in res.stdout.splitlines() if x.strip().isdigit()]
 
 
 def _runtime_version(recipe: Recipe, runner: Runner) -> tuple[str, str | None]:
@@ -143,7 +103,7 @@ def _port_taken(runner: Runner, host: str, port: int) -> CheckResult:
                      f"Stop pid {holder.pid} on {host} (it listens on {port}), or pick another port in the recipe.")
 
 
-def _gather(recipe: Recipe, idx: int, runner: Runner, model_path: str, ports: Sequence[int]) -> NodeFacts:
+def _gather(recipe: Recipe, idx: int, runner: Runner, model_path: str, ports: Sequence[int]) -> NodeReport:
     host = recipe.nodes[idx].host
     checks: list[CheckResult] = []
     runner.run(["true"], timeout=recipe.timeouts.ssh_s).check()  # reachability: raises naming the host
@@ -156,17 +116,16 @@ def _gather(recipe: Recipe, idx: int, runner: Runner, model_path: str, ports: Se
     except EngineNotInstalledError as exc:
         checks.append(_c(host, "runtime", "fail", exc.message, exc.fix))
     listing = remote_listing(runner, model_path)
-    listening = listening_ports(runner)
-    taken = [p for p in ports if p in listening]
+    found = probe(runner, ("memory", "disk", "ports", "gpus"), disk_paths=("/tmp",))
+    taken = [p for p in ports if p in (found.listening or ())]
     for p in taken:
         checks.append(_port_taken(runner, host, p))
     if ports and not taken:
         checks.append(_c(host, "ports", "ok", f"free: {', '.join(map(str, ports))}"))
-    return NodeFacts(version, listing, _meminfo(runner), _disk_free(runner, "/tmp"), listening,
-                     gpu_memory_used(runner), tuple(checks), image)
+    return NodeReport(version, listing, found, tuple(checks), image)
 
 
-def _model_checks(recipe: Recipe, facts: Mapping[int, NodeFacts], paths: Mapping[int, str],
+def _model_checks(recipe: Recipe, facts: Mapping[int, NodeReport], paths: Mapping[int, str],
                   reference: Listing, need: Mapping[int, list[str]]) -> list[CheckResult]:
     out: list[CheckResult] = []
     for idx, f in facts.items():
@@ -192,7 +151,7 @@ def _model_checks(recipe: Recipe, facts: Mapping[int, NodeFacts], paths: Mapping
     return out
 
 
-def _resource_checks(recipe: Recipe, facts: Mapping[int, NodeFacts], reference: Listing,
+def _resource_checks(recipe: Recipe, facts: Mapping[int, NodeReport], reference: Listing,
                      need: Mapping[int, list[str]]) -> list[CheckResult]:
     out: list[CheckResult] = []
     for idx, f in facts.items():
@@ -200,20 +159,21 @@ def _resource_checks(recipe: Recipe, facts: Mapping[int, NodeFacts], reference: 
         weights = sum(reference.sizes.get(n, 0) for n in need[idx] if n.endswith(".safetensors"))
         kv = int((recipe.serve.cpu_kv_cache_gib or 0) * GIB) if node.hardware == "cpu" else 0
         want = weights + kv
-        if f.mem_available is not None and node.hardware == "cpu":
-            status: Status = "fail" if f.mem_available < want else "ok"
+        avail, disk = f.host.mem_available, f.host.disk_free.get("/tmp")
+        if avail is not None and node.hardware == "cpu":
+            status: Status = "fail" if avail < want else "ok"
             out.append(_c(node.host, "memory", status,
-                                 f"{f.mem_available / GIB:.1f} GiB available, weights+KV need {want / GIB:.1f} GiB",
+                                 f"{avail / GIB:.1f} GiB available, weights+KV need {want / GIB:.1f} GiB",
                                  "Free memory on that node or lower serve.cpu_kv_cache_gib." if status == "fail"
                                  else None))
-        if f.disk_free is not None:
-            status = "fail" if f.disk_free < MIN_DISK_BYTES else "ok"
-            out.append(_c(node.host, "disk", status, f"{f.disk_free / GIB:.1f} GiB free for logs",
+        if disk is not None:
+            status = "fail" if disk < MIN_DISK_BYTES else "ok"
+            out.append(_c(node.host, "disk", status, f"{disk / GIB:.1f} GiB free for logs",
                                  "Free some disk space for logs and caches." if status == "fail" else None))
     return out
 
 
-def _version_checks(recipe: Recipe, facts: Mapping[int, NodeFacts]) -> list[CheckResult]:
+def _version_checks(recipe: Recipe, facts: Mapping[int, NodeReport]) -> list[CheckResult]:
     versions = {recipe.nodes[i].host: f.version for i, f in facts.items() if f.version}
     if len(set(versions.values())) <= 1:
         return []
@@ -225,7 +185,7 @@ def _version_checks(recipe: Recipe, facts: Mapping[int, NodeFacts]) -> list[Chec
             for h, v in versions.items() if v != head_v]
 
 
-def _image_checks(recipe: Recipe, facts: Mapping[int, NodeFacts]) -> list[CheckResult]:
+def _image_checks(recipe: Recipe, facts: Mapping[int, NodeReport]) -> list[CheckResult]:
     """Docker runtime: every node's image ID for the recipe's image must be the head's (else name the node)."""
     ids = {recipe.nodes[i].host: f.image_id for i, f in facts.items() if f.image_id}
     head = ids.get(recipe.head.host) or next(iter(ids.values()), None)
@@ -283,5 +243,6 @@ def run_preflight(recipe: Recipe, runners: Mapping[int, Runner], paths: Mapping[
     report.image_digests = {recipe.nodes[i].host: f.image_id for i, f in facts.items() if f.image_id}
     report.checks.extend(link_checks(recipe, {i: r for i, r in runners.items() if i in facts}))
     report.versions = {recipe.nodes[i].host: f.version for i, f in facts.items() if f.version}
-    report.gpu_baseline_mib = {recipe.nodes[i].host: f.gpu_used_mib for i, f in facts.items() if f.gpu_used_mib}
+    report.gpu_baseline_mib = {recipe.nodes[i].host: f.host.gpu_used_mib for i, f in facts.items()
+                               if f.host.gpu_used_mib}
     return report

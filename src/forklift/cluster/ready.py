@@ -12,12 +12,12 @@ from typing import NoReturn
 
 import httpx
 
-from forklift.cluster import procs, remote
 from forklift.cluster.phases import PHASE_NAMES, advance, relevant_tail, startup_hint
 from forklift.cluster.stop import stop_all
 from forklift.doctor import diagnose
 from forklift.endpoint import Endpoint
 from forklift.errors import EndpointError, EngineStartupError, ForkliftError
+from forklift.host import procs, remote
 from forklift.record import RankState, RunRecord
 from forklift.runner import LocalRunner, Runner, fan_out
 

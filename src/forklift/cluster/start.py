@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from forklift.cluster import remote
 from forklift.cluster.ready import check_alive, fail
 from forklift.errors import ForkliftError
+from forklift.host import remote
 from forklift.launch.model import Launch, NodePaths, RankLaunch
 from forklift.launch.render import LAUNCHER_FILE, python_for
 from forklift.patches.recipes import container_files

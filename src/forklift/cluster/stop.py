@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from forklift.cluster import procs
+from forklift.host import procs
 from forklift.launch.hosts import runners_for
 from forklift.record import RankState, RunRecord
 from forklift.runner import Runner, fan_out

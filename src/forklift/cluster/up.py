@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from forklift import speculative
-from forklift.cluster import procs
-from forklift.cluster.modelfiles import cache_repo_dir, hub_cache, local_listing, snapshot_dir
 from forklift.cluster.pins import collect as collect_pins
 from forklift.cluster.preflight import PreflightReport, run_preflight
 from forklift.cluster.ready import FAIL_GRACE_S, wait_ready
 from forklift.cluster.start import EventFn, _noop, prepare_nodes, reach_nodes, secret_values, start_ranks
 from forklift.cluster.stop import is_alive, stop_all
+from forklift.distribution.modelfiles import cache_repo_dir, hub_cache, local_listing, snapshot_dir
 from forklift.errors import (
     DoesNotFitError,
     EngineStartupError,
@@ -37,6 +36,8 @@ from forklift.errors import (
     RunNotFoundError,
     Terminated,
 )
+from forklift.hardware.profiles import node_profile
+from forklift.host import procs
 from forklift.launch.flags import API_KEY_VAR
 from forklift.launch.hosts import runners_for
 from forklift.launch.model import Launch, NodePaths
@@ -178,7 +179,7 @@ def preflight(plan: Plan | Unplanned, name: str, *, runners: Mapping[int, Runner
 def node_checks(recipe: Recipe, runners: Mapping[int, Runner], *, strict: bool) -> list[CheckResult]:
     """``forklift node``'s preflight on every node: the warnings (raises NodeError for them with ``strict``)."""
     def one(idx: int) -> list[CheckResult]:
-        name = "gb10" if recipe.nodes[idx].hardware == "gb10" else "auto"
+        name = node_profile(recipe.nodes[idx].hardware) or "auto"
         return node_preflight(runners[idx], resolve_profile(runners[idx], name))
 
     done = fan_out(((i, i) for i in runners), one)

@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import platform
-import shutil
-import subprocess
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from forklift.hardware.profiles import HardwareProfile, profiles
+from forklift.hardware.profiles import HardwareProfile, for_gpu, profiles
+
+if TYPE_CHECKING:
+    from forklift.host.facts import HostFacts
 
 _GIB = 2**30
-# nvidia-smi names -> profile, most specific first ("GH200" contains "H200", which contains "H20")
-_GPU_NAMES = [("GB10", "gb10"), ("GH200", "gh200"), ("H200", "h200"), ("H100", "h100"), ("H20", "h20"),
-              ("B200", "b200"), ("A100-SXM4-80GB", "a100-80"), ("A100 80GB", "a100-80"), ("A100-PCIE-80GB", "a100-80"),
-              ("A100", "a100-40"), ("L40S", "l40s"), ("RTX 3090", "rtx3090"), ("RTX 4090", "rtx4090"),
-              ("RTX 5090", "rtx5090"), ("RTX 5070 Ti", "rtx5070ti")]
-
-
 def profile_for_gpu(name: str) -> str | None:
-    """The bundled profile of an nvidia-smi GPU name, or None."""
-    return next((prof for key, prof in _GPU_NAMES if key in name), None)
+    """The profile of an nvidia-smi GPU name (each profile's ``gpu_names`` in profiles.yaml), or None."""
+    found = for_gpu(name)
+    return found.name if found else None
 
 
 class Gpu(BaseModel):
@@ -79,42 +75,25 @@ def local_amx() -> bool:
     return _cpuinfo()[1]
 
 
-def _nvidia_gpus() -> list[Gpu]:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        done = subprocess.run(  # noqa: S603 (fixed argv, absolute path from which)
-            [exe, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, errors="replace", timeout=10, check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    gpus: list[Gpu] = []
-    for line in done.stdout.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 3:
-            continue
-        try:
-            mem = float(parts[2]) / 1024 if parts[2] not in ("[N/A]", "") else 0.0
-            idx = int(parts[0])
-        except ValueError:
-            continue
-        prof = profile_for_gpu(parts[1])
-        gpus.append(Gpu(index=idx, name=parts[1], memory_gib=round(mem, 2), profile=prof))
-    return gpus
+def _gpus(found: HostFacts) -> list[Gpu]:
+    return [Gpu(index=g.index, name=g.name, memory_gib=round((g.total_bytes or 0) / _GIB, 2),
+                profile=profile_for_gpu(g.name)) for g in found.gpus or ()]
 
 
 def detect() -> LocalHardware:
-    """Measure the local machine (a fraction of a second; nvidia-smi only when installed)."""
+    """Measure the local machine through the host probe (a fraction of a second; nvidia-smi only when installed)."""
     model, amx = _cpuinfo()
     import psutil  # only here: ~10 ms of every command's start otherwise
 
-    vm = psutil.virtual_memory()
-    gpus = _nvidia_gpus()
+    from forklift.host.facts import probe
+    from forklift.runner import LocalRunner
+
+    found = probe(LocalRunner(), ("memory", "gpus"))
+    gpus = _gpus(found)
     profile = next((g.profile for g in gpus if g.profile), None) or "cpu"
     return LocalHardware(
         hostname=platform.node(), cpu_model=model, cores=psutil.cpu_count(logical=True) or 1, amx=amx,
-        memory_total_gib=round(vm.total / _GIB, 2), memory_available_gib=round(vm.available / _GIB, 2),
+        memory_total_gib=round((found.mem_total or 0) / _GIB, 2),
+        memory_available_gib=round((found.mem_available or 0) / _GIB, 2),
         gpus=gpus, profile=profile,
     )

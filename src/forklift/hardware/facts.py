@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-class NodeFacts(BaseModel):
-    """One node's measured facts. ``None`` means not measured."""
+class MeasuredNode(BaseModel):
+    """One node's measured facts as the planner reads them (a summary of ``host.HostFacts``, saved per host).
+    ``None`` means not measured."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
@@ -54,16 +55,16 @@ def _file(host: str) -> Path:
     return facts_dir() / f"{_SAFE.sub('_', host)}.json"
 
 
-def load(host: str) -> NodeFacts | None:
+def load(host: str) -> MeasuredNode | None:
     """The last facts measured on ``host``, or None (missing or unreadable files are simply unknown)."""
     path = _file(host)
     try:
-        return NodeFacts.model_validate_json(path.read_text())
+        return MeasuredNode.model_validate_json(path.read_text())
     except (OSError, ValueError, ValidationError):
         return None
 
 
-def save(facts: NodeFacts) -> Path:
+def save(facts: MeasuredNode) -> Path:
     path = _file(facts.host)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -74,49 +75,30 @@ def save(facts: NodeFacts) -> Path:
 
 # --------------------------------------------------------------------------------------------- measuring a node
 
-_GIB_KB = 1024 * 1024
-_SMI = ["nvidia-smi", "--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"]
+_GIB = 1 << 30
+_MIB = 1 << 20
 
 
-def _meminfo(text: str) -> dict[str, float]:
-    """/proc/meminfo values in GiB (MemTotal, MemAvailable, ...)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[key.strip()] = int(parts[0]) / _GIB_KB
-    return out
+def _gib(value: int | None) -> float | None:
+    return None if value is None else round(value / _GIB, 2)
 
 
-def _gpus(text: str) -> tuple[list[str], list[int], list[int]]:
-    names, totals, frees = [], [], []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 3:
-            continue
-        names.append(parts[0])
-        totals.append(int(parts[1]) if parts[1].isdigit() else 0)
-        frees.append(int(parts[2]) if parts[2].isdigit() else 0)
-    return names, totals, frees
-
-
-def measure(runner: Runner, host: str | None = None) -> NodeFacts:
+def measure(runner: Runner, host: str | None = None) -> MeasuredNode:
     """What a node has now, through its runner (SshRunner for a remote node): memory (MemTotal, MemAvailable, which
     bounds vLLM's startup request on unified memory) and its GPUs (nvidia-smi; none on CPU nodes or when absent)."""
     from forklift.errors import HardwareError
     from forklift.hardware.detect import profile_for_gpu
+    from forklift.host.facts import probe
 
-    mem = runner.run(["cat", "/proc/meminfo"], timeout=30)
-    if not mem.ok:
-        raise HardwareError(f"{runner.host}: cannot read /proc/meminfo: {mem.stderr.strip()[-200:]}",
+    found = probe(runner, ("memory", "gpus"))
+    if found.memory is None:
+        raise HardwareError(f"{runner.host}: cannot read /proc/meminfo: {found.unread.get('memory', '')}",
                             fix="Check the SSH target and that the node runs Linux.")
-    info = _meminfo(mem.stdout)
-    smi = runner.run(_SMI, timeout=30)
-    names, totals, frees = _gpus(smi.stdout) if smi.ok else ([], [], [])
-    profile = profile_for_gpu(names[0]) if names else None
-    return NodeFacts(host=host or runner.host, source=f"forklift hw --node ({runner.host})",
-                     mem_total_gib=round(info["MemTotal"], 2) if "MemTotal" in info else None,
-                     mem_available_gib=round(info["MemAvailable"], 2) if "MemAvailable" in info else None,
-                     gpu_name=names[0] if names else None, gpu_count=len(names) or None, gpu_total_mib=totals,
-                     gpu_free_mib=frees, hardware=profile)
+    gpus = found.gpus or ()
+    names = [g.name for g in gpus]
+    return MeasuredNode(host=host or runner.host, source=f"forklift hw --node ({runner.host})",
+                        mem_total_gib=_gib(found.mem_total), mem_available_gib=_gib(found.mem_available),
+                        gpu_name=names[0] if names else None, gpu_count=len(names) or None,
+                        gpu_total_mib=[(g.total_bytes or 0) // _MIB for g in gpus],
+                        gpu_free_mib=[(g.free_bytes or 0) // _MIB for g in gpus],
+                        hardware=profile_for_gpu(names[0]) if names else None)

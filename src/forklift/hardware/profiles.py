@@ -34,6 +34,11 @@ class HardwareProfile(BaseModel):
     compute_capability: str = ""
     amx: bool = False
     aliases: list[str] = Field(default_factory=list)
+    gpu_names: list[str] = Field(default_factory=list)
+    """Parts of an nvidia-smi GPU name that mean this profile; the longest part found in a name wins
+    ("GH200" over "H200" over "H20")."""
+    node_profile: str | None = None
+    """The node preparation profile (``forklift node``) this hardware implies; None: the default one."""
     source: str = "bundled"
 
     def peak_tflops(self, fmt: str) -> float:
@@ -128,6 +133,23 @@ def get(name: str) -> HardwareProfile:
     if profile is None:
         raise _unknown("hardware", name, sorted(table))
     return profile
+
+
+def for_gpu(gpu_name: str) -> HardwareProfile | None:
+    """The profile of an nvidia-smi GPU name (its longest ``gpu_names`` part in the name), or None."""
+    found = [(len(part), -i, prof) for i, prof in enumerate(profiles().values()) for part in prof.gpu_names
+             if part in gpu_name]
+    return max(found, key=lambda t: t[:2])[2] if found else None
+
+
+def node_profile(hardware: str | None) -> str | None:
+    """The node preparation profile a hardware profile (name or alias) implies, or None (unknown or none)."""
+    if not hardware:
+        return None
+    try:
+        return get(hardware).node_profile
+    except HardwareError:
+        return None
 
 
 def network(name: str) -> NetworkProfile:

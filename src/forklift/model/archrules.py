@@ -13,9 +13,12 @@ from importlib import resources
 from typing import Any, NamedTuple
 
 from forklift.errors import ModelError, UnknownArchitectureError
+from forklift.model.configjson import Cfg, lookup, need_int
+from forklift.model.mlprules import MLP_RULES
 from forklift.model.quant import scheme_from_config
 from forklift.model.spec import (
     IndexerSpec,
+    LayerPlan,
     LayerSpec,
     Mixer,
     MLASpec,
@@ -25,11 +28,10 @@ from forklift.model.spec import (
     StateSpec,
     VisionSpec,
 )
+from forklift.model.vision import vision_spec
 from forklift.yamlio import load_data
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
-Cfg = Mapping[str, Any]
-LayerPlan = list[tuple[Mixer, Mlp | None]]  # per layer: mixer, and the MLP when the layer rule fixes it
 
 
 @cache
@@ -65,31 +67,6 @@ def text_config(cfg: Cfg) -> Cfg:
             merged.setdefault(key, cfg.get(key))
         return merged
     return cfg
-
-
-def lookup(cfg: Cfg, key: str | list[str]) -> Any:
-    """``key`` may be dotted (``linear_attn_config.num_heads``) or a list of alternatives (first present wins)."""
-    for k in [key] if isinstance(key, str) else key:
-        value: Any = cfg
-        for part in k.split("."):
-            value = value.get(part) if isinstance(value, Mapping) else None
-        if value is not None:
-            return value
-    return None
-
-
-def need_int(cfg: Cfg, key: str | list[str], ctx: tuple[str, str]) -> int:
-    source, arch = ctx
-    value = lookup(cfg, key)
-    name = key if isinstance(key, str) else " or ".join(key)
-    if value is None:
-        raise ModelError(f"{source}: config.json for {arch} lacks '{name}', which the planner needs",
-                         fix=f"Add \"{name}\" to config.json (copy it from the model's published config).")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ModelError(f"{source}: '{name}' must be an integer, got {value!r}",
-                         fix=f"Fix '{name}' in config.json.") from None
 
 
 def _int_or(cfg: Cfg, key: str | list[str], default: int) -> int:
@@ -409,8 +386,6 @@ def _layers(plan: LayerPlan, mlps: list[Mlp], owners: set[int]) -> tuple[LayerSp
 
 def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
     """A ModelSpec from a parsed config.json, through the family's rules."""
-    from forklift.model.mlprules import MLP_RULES
-
     cfg = text_config(raw)
     arch, family, fam = family_for(cfg, source)
     if _vision_arch(fam, arch) and "tie_word_embeddings" not in cfg and "tie_word_embeddings" in raw:
@@ -460,8 +435,6 @@ def _vision_arch(fam: dict[str, Any], arch: str) -> bool:
 
 def _vision(raw: Cfg, fam: dict[str, Any], arch: str, text_hidden: int, source: str) -> VisionSpec | None:
     """The wrapper's vision tower, for the architectures the family lists under ``vision.archs``."""
-    from forklift.model.vision import vision_spec
-
     if not _vision_arch(fam, arch):
         return None
     vis = fam["vision"]
@@ -473,3 +446,8 @@ def _dense_intermediate(cfg: Cfg) -> int:
     if isinstance(inter, list):  # nemotron_h may list one per MLP layer
         inter = inter[0] if inter else 0
     return int(inter or 0)
+
+
+def from_config(raw: Mapping[str, Any], *, name: str = "model", source: str = "config.json") -> ModelSpec:
+    """Build a ModelSpec from a parsed config.json (the family's rules in architectures.yaml)."""
+    return build(raw, name=name, source=source)

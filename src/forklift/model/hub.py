@@ -3,7 +3,7 @@ token, and the two small files a node's shard selection needs.
 
 Only metadata and config.json / the safetensors index are fetched on this machine, into forklift's own cache
 (``$FORKLIFT_CACHE/hub``, never the Hugging Face cache vLLM reads). Weights are downloaded by each node's own
-Python (``forklift.engine.hub_fetch``), which ``forklift.cluster.pull`` starts. ``HF_ENDPOINT`` points all of it
+Python (``forklift.engine.hub_fetch``), which ``forklift.distribution.pull`` starts. ``HF_ENDPOINT`` points all of it
 at a mirror (or a test server). The token is HF_TOKEN or the hub login's; it is never logged or stored.
 """
 

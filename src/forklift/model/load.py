@@ -10,8 +10,10 @@ from pydantic import BaseModel, ConfigDict
 
 from forklift.errors import ModelError, ModelNotFoundError
 from forklift.model import bundled, configs_index
+from forklift.model.archrules import from_config
+from forklift.model.configjson import load_config
 from forklift.model.resolve import hf_cache_path
-from forklift.model.spec import ModelSpec, from_config, load_config
+from forklift.model.spec import ModelSpec
 from forklift.recipe.schema import ModelSection
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from forklift.model.archrules import LayerPlan, lookup, need_int
-from forklift.model.spec import Mlp, MoESpec
+from forklift.model.configjson import lookup, need_int
+from forklift.model.spec import LayerPlan, Mlp, MoESpec
 
 Cfg = Mapping[str, Any]
 Result = tuple[MoESpec | None, list[Mlp]]

@@ -1,22 +1,18 @@
-"""ModelSpec: what the planner needs to know about a model, read from its config.json.
+"""ModelSpec and its parts: the types the planner's model rules build and read (types only; no rule here).
 
 The shape (layers, what mixes tokens in each, heads, experts, linear-attention state) comes from config.json
-through the family rules in ``architectures.yaml`` (read by ``forklift.model.archrules``); the tensors and their
+through the family rules in ``architectures.yaml`` (``forklift.model.archrules.from_config``); the tensors and their
 stored byte cost follow from the layout (``forklift.model.tensors``) and the quantization config
-(``forklift.model.quant``). Nothing here touches weights or a GPU.
+(``forklift.model.quant``). The rules import this module; it imports none of them.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from forklift.errors import ModelError
 from forklift.model.quant import QuantScheme
 
 AttentionKind = Literal["gqa", "mla"]
@@ -26,6 +22,8 @@ Mixer = Literal["attention", "sliding", "gdn", "mamba2", "kda", "none"]
 linear-attention / SSM mixer with a per-sequence state (gated DeltaNet, Mamba-2, Kimi Delta Attention), or none
 (Nemotron-H's MLP-only and MoE-only layers)."""
 Mlp = Literal["dense", "moe", "none"]
+LayerPlan = list[tuple[Mixer, Mlp | None]]
+"""Per layer: its mixer, and its MLP when the layer rule fixes it (the family rules' working form)."""
 Role = Literal["attn", "indexer", "mixer", "dense_mlp", "shared", "experts", "router", "norm", "embed", "lm_head",
                "mtp", "vision"]
 Tower = Literal["siglip", "qwen2_5_vit", "qwen3_vit", "qwen3_5_vit"]
@@ -144,14 +142,6 @@ class VisionSpec(Frozen):
     positions: int = 0  # learned position embeddings (SigLIP: (image / patch)^2; Qwen3-VL: num_position_embeddings)
     deepstack: int = 0  # Qwen3-VL: extra mergers, one per deepstack_visual_indexes entry
 
-    def tensors(self) -> list[Tensor]:
-        from forklift.model.vision import tower_tensors
-
-        return tower_tensors(self)
-
-    def param_count(self) -> int:
-        return sum(t.numel for t in self.tensors())
-
 
 class ModelSpec(Frozen):
     """The planner's view of one model."""
@@ -206,49 +196,7 @@ class ModelSpec(Frozen):
     def kv_layers(self) -> list[int]:
         return [layer.index for layer in self.layers if layer.has_kv]
 
-    def tensors(self, *, include_mtp: bool = False) -> list[Tensor]:
-        """Every weight tensor in vLLM's layout (fused projections counted as their parts)."""
-        from forklift.model.tensors import model_tensors
-
-        return model_tensors(self, include_mtp)
-
-    def param_count(self, *, include_mtp: bool = False) -> int:
-        return sum(t.numel for t in self.tensors(include_mtp=include_mtp))
-
     def rope_cache_bytes(self, start: int, end: int) -> int:
         """Bytes of the rotary caches one rank of the stage holding layers [start, end) allocates at load."""
         mixers = {layer.mixer for layer in self.layers[start:end]}
         return sum(c.nbytes for c in self.rope_caches if mixers.intersection(c.mixers))
-
-
-def known_architectures() -> list[str]:
-    from forklift.model.archrules import known_architectures as known
-
-    return known()
-
-
-def family_of(architecture: str) -> str | None:
-    from forklift.model.archrules import family_of as fam
-
-    return fam(architecture)
-
-
-def from_config(raw: Mapping[str, Any], *, name: str = "model", source: str = "config.json") -> ModelSpec:
-    """Build a ModelSpec from a parsed config.json (the family's rules: forklift.model.archrules)."""
-    from forklift.model.archrules import build
-
-    return build(raw, name=name, source=source)
-
-
-def load_config(path: Path) -> dict[str, Any]:
-    """Read a config.json (a file or a directory holding one)."""
-    file = path / "config.json" if path.is_dir() else path
-    try:
-        data = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise ModelError(f"{file} does not exist", fix="Point model.config or model.source at a config.json.") from None
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"{file}: not valid JSON: {exc}", fix="Fix or replace the config.json.") from None
-    if not isinstance(data, dict):
-        raise ModelError(f"{file}: config.json must be a JSON object", fix="Replace the config.json.")
-    return data

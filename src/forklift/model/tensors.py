@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from forklift.model.spec import LayerSpec, ModelSpec, Role, Split, StateSpec, Tensor
+from forklift.model.vision import tower_tensors
 
 
 class _Out:
@@ -137,14 +138,15 @@ def layer_tensors(s: ModelSpec, layer: LayerSpec, prefix: str) -> list[Tensor]:
     return o.items
 
 
-def model_tensors(s: ModelSpec, include_mtp: bool) -> list[Tensor]:
+def model_tensors(s: ModelSpec, include_mtp: bool = False) -> list[Tensor]:
+    """Every weight tensor in vLLM's layout (fused projections counted as their parts)."""
     h = s.hidden_size
     out = [Tensor(module="model.embed_tokens", numel=s.vocab_size * h, split="vocab", where="embed", linear=False,
                   role="embed")]
     for layer in s.layers:
         out.extend(layer_tensors(s, layer, f"model.layers.{layer.index}"))
     if s.vision is not None:
-        out.extend(s.vision.tensors())
+        out.extend(tower_tensors(s.vision))
     out.append(Tensor(module="model.norm", numel=h, split="replicated", where="final", linear=False, role="norm"))
     out.append(Tensor(module="lm_head", numel=s.vocab_size * h, split="vocab", where="lm_head", role="lm_head"))
     if include_mtp and s.mtp_layers:
@@ -158,3 +160,7 @@ def model_tensors(s: ModelSpec, include_mtp: bool) -> list[Tensor]:
             for t in [*layer_tensors(s, mtp, prefix), *extra]:
                 out.append(replace(t, where="final", layer=None))
     return out
+
+
+def param_count(s: ModelSpec, *, include_mtp: bool = False) -> int:
+    return sum(t.numel for t in model_tensors(s, include_mtp))

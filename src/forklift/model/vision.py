@@ -113,3 +113,7 @@ def tower_tensors(v: VisionSpec) -> list[Tensor]:
     for k in range(v.deepstack):
         out += _merger(f"visual.deepstack_merger_list.{k}", h, v.merge, v.out_hidden, norm=2 * h * v.merge * v.merge)
     return out
+
+
+def tower_param_count(v: VisionSpec) -> int:
+    return sum(t.numel for t in tower_tensors(v))

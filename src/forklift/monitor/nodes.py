@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from forklift.errors import RunnerError
-from forklift.node.facts import GUARD_LOG, parse_meminfo
+from forklift.host.parse import meminfo as parse_meminfo
+from forklift.node.facts import GUARD_LOG
 from forklift.runner import Runner
 
 GPU_FIELDS = ("index", "name", "utilization.gpu", "memory.used", "memory.total", "temperature.gpu", "power.draw",

@@ -8,7 +8,7 @@ each), "connect": [[ip, port, tries], ...] (TCP connects, timed), "timeout": sec
 What it reads: ``ip -j addr``; /sys/class/net/* (mtu, operstate, speed, duplex, phys_port_name, the PCI
 device, its link width/speed, the RDMA devices on it); /sys/class/infiniband/* (fw_ver, sys_image_guid, and per
 port state, phys_state, rate, link_layer, the non-empty GIDs with their type and netdev); ``ethtool IF`` and
-``ibv_devinfo -v`` when installed; TCP ports in LISTEN state; which tools exist.
+``ibv_devinfo -v`` when installed; /proc/net/tcp{,6} (the LISTEN ports); which tools exist.
 """
 
 from __future__ import annotations
@@ -91,14 +91,9 @@ def rdma() -> dict[str, Any]:
     return out
 
 
-def listening() -> list[int]:
-    ports: set[int] = set()
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in (read(name) or "").splitlines()[1:]:
-            parts = line.split()
-            if len(parts) > 3 and parts[3] == "0A" and ":" in parts[1]:
-                ports.add(int(parts[1].rsplit(":", 1)[1], 16))
-    return sorted(ports)
+def proc_net_tcp() -> str:
+    """/proc/net/tcp and tcp6 as they are (forklift reads the LISTEN ports with ``host.parse.listening_ports``)."""
+    return "\n".join(read(name) or "" for name in ("/proc/net/tcp", "/proc/net/tcp6"))
 
 
 def elf_build_id(path: str) -> str | None:
@@ -242,7 +237,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
                           if d["device"] and out["tools"]["ethtool"]}
         out["rdma"] = rdma()
         out["ibv_devinfo"] = run(["ibv_devinfo", "-v"]) if out["tools"]["ibv_devinfo"] and out["rdma"] else None
-        out["listening"] = listening()
+        out["proc_net_tcp"] = proc_net_tcp()
     if args.get("nccl"):
         out["nccl"] = nccl()
     out["routes"] = {ip: run(["ip", "-j", "route", "get", ip]) for ip in args.get("routes", [])}

@@ -9,6 +9,7 @@ import json
 import re
 from typing import Any
 
+from forklift.host.parse import listening_ports
 from forklift.net.model import Address, Gid, Interface, NcclLib, NodeNet, RdmaDevice, RdmaPort
 
 _IBV_GID = re.compile(r"GID\[\s*(\d+)\]:\s*([0-9a-fA-F:.]+)(?:,\s*(.+))?")
@@ -233,5 +234,5 @@ def node(host: str, raw: dict[str, Any]) -> NodeNet:
         default_dev = None
     return NodeNet(host=host, hostname=str(raw.get("hostname", "")), interfaces=interfaces, rdma=rdma,
                    nccl=nccl_lib(raw.get("nccl")), tools={k: bool(v) for k, v in (raw.get("tools") or {}).items()},
-                   listening=frozenset(int(p) for p in raw.get("listening", [])), default_dev=default_dev,
+                   listening=listening_ports(str(raw.get("proc_net_tcp") or "")), default_dev=default_dev,
                    errors=tuple(errors))

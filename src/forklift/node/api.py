@@ -9,7 +9,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from forklift.errors import NodeError, RunnerError
+from forklift.errors import NodeError
+from forklift.hardware.profiles import for_gpu, node_profile
+from forklift.host.facts import probe
 from forklift.node import facts as F
 from forklift.node.apply import ApplyPlan, ApplyResult, NodeState, execute, load_state, plan_apply, plan_revert
 from forklift.node.checks import guard_result, run_checks
@@ -21,15 +23,13 @@ AUTO = "auto"
 
 
 def resolve_profile(runner: Runner, name: str | None) -> NodeProfile:
-    """A profile by name or path; ``auto`` (or None) picks ``gb10`` when the node's GPU is a GB10."""
+    """A profile by name or path; ``auto`` (or None) picks the one the node's GPU implies (a hardware profile's
+    ``node_profile`` in profiles.yaml: gb10 for a GB10), else ``default``."""
     if name and name != AUTO:
         return load_profile(name)
-    try:
-        res = runner.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], timeout=30)
-        gpu = res.stdout if res.ok else ""
-    except RunnerError:  # no nvidia-smi: not a GB10
-        gpu = ""
-    return load_profile("gb10" if "GB10" in gpu.upper() else "default")
+    gpus = probe(runner, ("gpus",)).gpus or ()
+    implied = (node_profile(hw.name) for g in gpus if (hw := for_gpu(g.name)) is not None)
+    return load_profile(next((p for p in implied if p), "default"))
 
 
 def check(runner: Runner, profile: NodeProfile, *, root: str = "/") -> list[CheckResult]:

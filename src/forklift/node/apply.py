@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from forklift import paths
 from forklift.errors import NodeError, SudoRequiredError
 from forklift.node import facts as F
-from forklift.node.facts import FileFact, NodeFacts, under
+from forklift.node.facts import FileFact, PrepFacts, under
 from forklift.node.profile import GIB, MIN_FREE_MAX_FRACTION, NodeProfile, SwapSpec
 from forklift.runner import Runner
 
@@ -192,7 +192,7 @@ def fstab_with_swap(fstab: str | None, path: str) -> str:
 class _Builder:
     """Collects the steps of one ``plan_apply``: file writes (recording what was there), live changes, notes."""
 
-    def __init__(self, facts: NodeFacts, profile: NodeProfile, previous: NodeState | None) -> None:
+    def __init__(self, facts: PrepFacts, profile: NodeProfile, previous: NodeState | None) -> None:
         self.facts, self.profile = facts, profile
         self.root = facts.root
         self.live = self.root in ("", "/")
@@ -351,7 +351,7 @@ class _Builder:
         return head
 
 
-def plan_apply(facts: NodeFacts, profile: NodeProfile, *, previous: NodeState | None = None,
+def plan_apply(facts: PrepFacts, profile: NodeProfile, *, previous: NodeState | None = None,
                runs_dirs: Sequence[str] | None = None) -> ApplyPlan:
     """The steps that bring the node to ``profile`` (none when it is already there)."""
     _refuse_unsafe(facts, profile)
@@ -375,7 +375,7 @@ def _step_paths(steps: Sequence[Step], root: str) -> list[str]:
     return [p[len(prefix):] if prefix and p.startswith(prefix + "/") else p for p in out]
 
 
-def _refuse_unsafe(facts: NodeFacts, profile: NodeProfile) -> None:
+def _refuse_unsafe(facts: PrepFacts, profile: NodeProfile) -> None:
     min_free = profile.sysctl.get("vm.min_free_kbytes")
     total = facts.meminfo.get("MemTotal", 0)
     if min_free is not None and total and min_free * 1024 > MIN_FREE_MAX_FRACTION * total:
@@ -390,7 +390,7 @@ def _refuse_unsafe(facts: NodeFacts, profile: NodeProfile) -> None:
 # --- execution ---------------------------------------------------------------------------------------
 
 
-def load_state(facts: NodeFacts) -> NodeState | None:
+def load_state(facts: PrepFacts) -> NodeState | None:
     fact = facts.file(F.STATE_FILE)
     if fact.content is None:
         return None
@@ -428,7 +428,7 @@ def base64_lines(data: str | None) -> str | None:
     return "\n".join(data[i:i + 76] for i in range(0, len(data), 76)) + "\n"
 
 
-def plan_revert(facts: NodeFacts, state: NodeState) -> ApplyPlan:
+def plan_revert(facts: PrepFacts, state: NodeState) -> ApplyPlan:
     """Steps that undo ``state``: live values back, files byte-identical (or gone), swap removed."""
     root = facts.root
     live = state.live and root in ("", "/")

@@ -17,7 +17,7 @@ from forklift.node.facts import (
     OTHER_GUARDS,
     REPORTED_SYSCTLS,
     Heartbeat,
-    NodeFacts,
+    PrepFacts,
     SwapArea,
     SwapFileFact,
     UnitFact,
@@ -146,7 +146,7 @@ def check_other_guards(found: tuple[tuple[int, str], ...]) -> CheckResult:
     )
 
 
-def run_checks(facts: NodeFacts, profile: NodeProfile) -> list[CheckResult]:
+def run_checks(facts: PrepFacts, profile: NodeProfile) -> list[CheckResult]:
     """Every item of ``node check`` for one node."""
     persisted = parse_sysctl_conf(facts.file(profile.sysctl_file).text)
     results = [
@@ -164,7 +164,7 @@ def run_checks(facts: NodeFacts, profile: NodeProfile) -> list[CheckResult]:
     return [CheckResult(r.name, r.status, r.summary, r.details, r.fix, host=facts.host) for r in results]
 
 
-def guard_result(facts: NodeFacts, profile: NodeProfile) -> CheckResult:
+def guard_result(facts: PrepFacts, profile: NodeProfile) -> CheckResult:
     installed = facts.file(GUARD_UNIT_FILE).exists or facts.file(GUARD_CONFIG).exists
     return check_guard(profile.guard, installed=installed, unit=facts.guard_unit, heartbeat=facts.heartbeat,
                        heartbeat_error=facts.heartbeat_error, heartbeat_path=facts.heartbeat_path,

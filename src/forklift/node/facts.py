@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forklift.errors import NodeError, RunnerError
+from forklift.host.facts import probe
 from forklift.node.profile import NodeProfile
 from forklift.runner import Completed, LocalRunner, Runner
 
@@ -110,7 +111,9 @@ class Heartbeat:
 
 
 @dataclass(frozen=True)
-class NodeFacts:
+class PrepFacts:
+    """What node preparation reads (sysctls, files, swap, units, guards); memory comes from the host probe."""
+
     host: str
     root: str
     uid: int
@@ -120,7 +123,7 @@ class NodeFacts:
     hostname: str
     sysctl: Mapping[str, str | None]
     meminfo: Mapping[str, int]
-    """Bytes, keyed as in /proc/meminfo (MemTotal, MemFree, MemAvailable, Cached, ...)."""
+    """Bytes, keyed as in /proc/meminfo (``host.HostFacts.memory``)."""
     swaps: tuple[SwapArea, ...]
     files: Mapping[str, FileFact]
     """Keyed by node path (without the root prefix)."""
@@ -171,7 +174,7 @@ def guard_python_for(runner: Runner) -> str:
     return sys.executable if isinstance(runner, LocalRunner) else "/usr/bin/python3"
 
 
-def gather(runner: Runner, profile: NodeProfile, *, root: str = "/") -> NodeFacts:
+def gather(runner: Runner, profile: NodeProfile, *, root: str = "/") -> PrepFacts:
     """Read every fact ``check`` and ``apply`` need, in a handful of commands."""
     notes: list[str] = []
     uid = int(_out(runner, ["id", "-u"]).strip() or "-1")
@@ -185,7 +188,10 @@ def gather(runner: Runner, profile: NodeProfile, *, root: str = "/") -> NodeFact
     sysctl = {k: (None if values.get(sysctl_proc_path(k), "?") == "?" else values[sysctl_proc_path(k)])
               for k in keys}
 
-    meminfo = parse_meminfo(_out(runner, ["cat", "/proc/meminfo"]))
+    host = probe(runner, ("memory",))
+    if host.memory is None:
+        raise NodeError(f"{runner.host}: {host.unread.get('memory', 'cannot read /proc/meminfo')}",
+                        fix=f"Check that {runner.host} is a Linux host with coreutils.")
     swaps = parse_swaps(_out(runner, ["cat", "/proc/swaps"]))
 
     files = _read_files(runner, root, managed_files(profile))
@@ -218,23 +224,13 @@ def gather(runner: Runner, profile: NodeProfile, *, root: str = "/") -> NodeFact
     python = guard_python_for(runner)
     python_ok = _run(runner, [python, "-c", "import psutil"]).ok
 
-    return NodeFacts(
+    return PrepFacts(
         host=runner.host, root=root, uid=uid, init=init, has_systemd=has_systemd, now=now, hostname=hostname,
-        sysctl=sysctl, meminfo=meminfo, swaps=swaps, files=files, existing_dirs=existing, swap_file=swap_file,
+        sysctl=sysctl, meminfo=host.memory, swaps=swaps, files=files, existing_dirs=existing, swap_file=swap_file,
         guard_unit=guard_unit, display_manager=display, heartbeat_path=hb_path, heartbeat=heartbeat,
         heartbeat_error=hb_error, other_guards=others, guard_python=python, guard_python_ok=python_ok,
         sudo_ok=sudo_ok, notes=tuple(notes),
     )
-
-
-def parse_meminfo(text: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[key.strip()] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
-    return out
 
 
 def parse_swaps(text: str) -> tuple[SwapArea, ...]:

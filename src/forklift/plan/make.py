@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from forklift import speculative
@@ -13,6 +14,7 @@ from forklift.errors import ForkliftError, PlanError
 from forklift.hardware.profiles import NetworkProfile
 from forklift.hardware.profiles import network as get_network
 from forklift.model.load import SpecSource, spec_for
+from forklift.model.tensors import param_count
 from forklift.plan import calibrate, kvspecs, rules
 from forklift.plan.advice import advice, balanced_partition
 from forklift.plan.core import GIB, Core, context, core
@@ -20,7 +22,7 @@ from forklift.plan.files import model_files
 from forklift.plan.model import Decisions, Plan, Roofline, Unplanned
 from forklift.plan.notes import claim_notes, notes, speculative_roofline_notes
 from forklift.plan.roofline import StageCost, compute
-from forklift.recipe.deployment import Deployment, from_recipe
+from forklift.recipe.deployment import Deployment, from_recipe, resolve
 from forklift.recipe.schema import Recipe
 
 
@@ -99,7 +101,7 @@ def _plan(c: Core, applied: list[str]) -> Plan:
         kv_cache_dtype=_kv_dtype_name(c), gpu_memory_utilization=st.util, runner=st.runner, dp=st.dp,
         max_num_batched_tokens=st.mnbt, max_num_seqs=st.seqs, tp=st.tp, pp=st.pp, dcp=st.dcp,
         pp_partition=st.partition, suggested_pp_partition=suggested,
-        weights_total_gib=round(sum(r.weights_gib for r in c.ranks), 2), params_b=round(spec.param_count() / 1e9, 2),
+        weights_total_gib=round(sum(r.weights_gib for r in c.ranks), 2), params_b=round(param_count(spec) / 1e9, 2),
         calibrated=c.calibration is not None, ranks=c.ranks, roofline=roof, advice=advice(c), model_files=files,
         notes=[*all_notes, *file_notes],
     )
@@ -122,6 +124,13 @@ def _to_apply(c: Core) -> list[str]:
 def deployment_of(target: Deployment | Recipe) -> Deployment:
     """A library caller may pass a Recipe: it is resolved like a command's (cluster file, known facts)."""
     return target if isinstance(target, Deployment) else from_recipe(target)
+
+
+def for_recipe(recipe: str | None = None, overrides: Sequence[str] = (), *, vllm_version: str | None = None,
+               apply: bool = False) -> Plan:
+    """``forklift plan RECIPE --set K=V`` as a call: resolve the recipe (a bundled name or a YAML file; None: the
+    default) with the node facts measured before, then ``make`` its plan (``forklift.plan(...)`` calls this)."""
+    return make(resolve(recipe, overrides), vllm_version=vllm_version, apply=apply)
 
 
 def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source: SpecSource | None = None,

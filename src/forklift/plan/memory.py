@@ -11,6 +11,7 @@ from pathlib import Path
 from forklift.model.checkpoint import StoredTensor, read_headers
 from forklift.model.quant import QuantScheme
 from forklift.model.spec import ModelSpec, Tensor
+from forklift.model.tensors import model_tensors
 
 GIB = 2**30
 _VOCAB_PAD = 64
@@ -109,7 +110,7 @@ def weight_table(spec: ModelSpec, quant: QuantScheme, base_bytes: float, tp: int
     lb, la, lp, ex = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
     first = last = last_a = last_p = 0.0
     top_frac = (spec.moe.top_k / spec.moe.n_routed) if spec.moe and spec.moe.n_routed else 1.0
-    for t in spec.tensors(include_mtp=include_mtp):
+    for t in model_tensors(spec, include_mtp):
         if t.where == "lm_head" and spec.tie_word_embeddings and pp == 1:
             continue  # one shared tensor
         per = quant.bytes_for(t.module, linear=t.linear, role=t.role, base_bytes=base_bytes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from forklift import speculative
 from forklift.model.spec import ModelSpec
+from forklift.model.vision import tower_param_count
 from forklift.plan import kvspecs, rules
 from forklift.plan.core import GIB, Core, above_model_len, allow_long, draft_cost
 from forklift.recipe import exposure
@@ -22,7 +23,7 @@ def _source_notes(core: Core) -> list[str]:
              + ("safetensors headers" if local_weights
                 else f"parameter counts x storage format ({spec.quant.method}: {spec.quant.linear_format})")]
     if spec.vision is not None:
-        notes.append(f"vision tower ({spec.vision.tower}, {spec.vision.param_count() / 1e6:,.0f}M parameters from "
+        notes.append(f"vision tower ({spec.vision.tower}, {tower_param_count(spec.vision) / 1e6:,.0f}M parameters from "
                      "vision_config) counted in the first stage's weights at the model dtype; assumption: the memory "
                      "vLLM's profile run spends on the multimodal encoder (dummy items up to the encoder budget, "
                      "their outputs held through the dummy forward) is not modelled, so the KV pool may be smaller "

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from forklift.hardware import facts as node_facts
-from forklift.hardware.facts import NodeFacts
+from forklift.hardware.facts import MeasuredNode
 from forklift.recipe.load import apply_overrides, load_raw, validate
 from forklift.recipe.schema import Node, Recipe
 
@@ -30,7 +30,7 @@ class Deployment(BaseModel):
     """The ``--set`` items applied, in order."""
     cluster_file: str | None = None
     """The cluster file whose nodes replaced the recipe's, when ``cluster:`` named one."""
-    facts: dict[str, NodeFacts] = Field(default_factory=dict)
+    facts: dict[str, MeasuredNode] = Field(default_factory=dict)
     """Measured facts per node host (``forklift hw --node``); a host without facts is absent."""
 
     @property
@@ -54,8 +54,8 @@ class Deployment(BaseModel):
         return self.model_copy(update={"recipe": recipe, "overrides": [*self.overrides, *sets]})
 
 
-def known_facts(recipe: Recipe) -> dict[str, NodeFacts]:
-    out: dict[str, NodeFacts] = {}
+def known_facts(recipe: Recipe) -> dict[str, MeasuredNode]:
+    out: dict[str, MeasuredNode] = {}
     for node in recipe.nodes:
         found = node_facts.load(node.host)
         if found is not None:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from forklift import paths
 from forklift.errors import HostUnreachableError, RunnerError, SshTargetError
-from forklift.names import check_ssh_target
-from forklift.runner.base import ENV_NAME, Completed, Spawned, check_env
+from forklift.names import ENV_NAME, check_ssh_target
+from forklift.runner.base import Completed, Spawned, check_env
 
 SSH_UNREACHABLE = 255
 SSH_CONFIG_ENV = "FORKLIFT_SSH_CONFIG"

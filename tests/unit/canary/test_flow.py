@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from forklift.canary import flow, store
+from forklift.canary import flow
 from forklift.canary.candidate import PatchCheck
 from forklift.errors import BenchError, CanaryError, EngineStartupError, RunError
 from forklift.launch.render import render
 from forklift.plan import Plan, Unplanned, for_launch
 from forklift.recipe import Recipe, resolve
-from forklift.record import RunRecord
+from forklift.record import RunRecord, runfiles
 from tests.unit.canary.samples import bench_json, check_json
 
 PASSING = {"endpoint": "pass", "completion": "pass", "streaming": "pass"}
@@ -63,7 +63,7 @@ class FakeOps:
         if only is not None:
             data["checks"] = [c for c in data["checks"] if c["id"] in only]
         if save:
-            store.save_check(record.name, data, record.run_id)
+            runfiles.save_check(record.name, data, record.run_id)
         return data
 
     def bench(self, record: RunRecord, settings: dict[str, Any], out_dir: Path | None) -> tuple[dict[str, Any], Path]:
@@ -72,7 +72,7 @@ class FakeOps:
             raise BenchError("input 64 + output 32 tokens exceed max_model_len 64", fix="shorter")
         self.seed += 1
         data = bench_json(self.seed, dilation=1.0 if self._is_base(record) else self.dilation)
-        folder = out_dir or store.fresh(store.benches_dir(record.name))
+        folder = out_dir or runfiles.fresh(runfiles.benches_dir(record.name))
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "results.json").write_text(json.dumps(data))
         return data, folder / "results.json"
@@ -137,20 +137,20 @@ def test_a_candidate_failing_a_check_is_broken_and_not_benched(baseline: RunReco
     assert out.verdict == "broken" and "completion" in out.reason
     assert ops.calls.count(("bench", "base")) == 1 and ops.calls[0] == ("bench", "base")  # the baseline's only
     assert out.restored is not None and out.restored["ok"]
-    assert store.latest_check("base") is not None
-    latest = json.loads(store.latest_check("base").read_text())  # type: ignore[union-attr]
+    assert runfiles.latest_check("base") is not None
+    latest = json.loads(runfiles.latest_check("base").read_text())  # type: ignore[union-attr]
     assert latest["passed"] is True  # the candidate's failing report was not saved as the run's
 
 
 def test_ok_with_keep_on_ok_keeps_the_candidate_and_its_results(baseline: RunRecord) -> None:
     ops = FakeOps(4, dilation=1.0)
     _measured(ops, baseline)
-    before = store.latest_bench("base")
+    before = runfiles.latest_bench("base")
     out = flow.run("base", flow.Options(sets=("serve.max_num_seqs=2",), keep_on_ok=True, gate=("failed_requests",)),
                    ops=ops)
     assert out.verdict == "ok", out.reason
     assert out.kept and out.restored is None and ops.calls[-1] == ("bench", "base")
-    after = store.latest_bench("base")
+    after = runfiles.latest_bench("base")
     assert after != before and after is not None
     assert json.loads(after.read_text()) == json.loads((out.folder / "candidate-bench" / "results.json").read_text())
 
@@ -196,10 +196,10 @@ def test_no_running_baseline_is_an_error(baseline: RunRecord) -> None:
 def test_rebench_baseline_measures_it_again_before_the_swap(baseline: RunRecord) -> None:
     ops = FakeOps(4)
     _measured(ops, baseline)
-    first = store.latest_bench("base")
+    first = runfiles.latest_bench("base")
     out = flow.run("base", flow.Options(sets=("serve.max_num_seqs=2",), rebench_baseline=True), ops=ops)
     assert ops.calls[:2] == [("bench", "base"), ("down", "base")]
-    assert store.latest_bench("base") != first and str(store.latest_bench("base")) in out.notes[-1]
+    assert runfiles.latest_bench("base") != first and str(runfiles.latest_bench("base")) in out.notes[-1]
 
 
 def test_a_candidate_the_workload_cannot_run_on_is_broken_and_the_baseline_restored(baseline: RunRecord) -> None:
@@ -216,7 +216,7 @@ def test_a_baseline_that_will_not_stop_is_broken_restored_and_written(baseline: 
     with pytest.raises(RunError, match="survived SIGKILL"):
         flow.run("base", flow.Options(sets=("serve.max_num_seqs=1",)), ops=ops)
     assert ops.calls[1] == ("down", "base") and ("up", "base") in ops.calls[2:]  # restore was tried
-    (folder,) = store.canaries_dir("base").iterdir()
+    (folder,) = runfiles.canaries_dir("base").iterdir()
     saved = json.loads((folder / "canary.json").read_text())
     assert saved["verdict"] == "broken" and "survived SIGKILL" in saved["reason"]
 

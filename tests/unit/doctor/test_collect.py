@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from forklift.cluster.collect import collect, meminfo
+from forklift.cluster.collect import collect
 from forklift.errors import RemoteCommandError
 from forklift.recipe.schema import Recipe
 from forklift.record import RankState
@@ -70,9 +70,9 @@ def test_an_unreachable_node_becomes_a_line_and_the_others_are_still_read() -> N
     assert any(p.label == "rank 0 log" for p in got.pieces)
 
 
-def test_meminfo_parsing() -> None:
-    assert meminfo(MEMINFO) == (6553600 * 1024, 131072000 * 1024)
-    assert meminfo("garbage") is None
+def test_a_node_memory_line_comes_from_the_host_probe() -> None:
+    got = collect(_record(), {0: _node("node-a", "INFO ok\n"), 1: _node("node-b", "INFO ok\n")})
+    assert got.mem_available["node-a"] == (6553600 * 1024, 131072000 * 1024)
 
 
 def test_kernel_lines_from_before_the_run_are_left_out() -> None:

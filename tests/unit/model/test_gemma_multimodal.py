@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from forklift.errors import UnknownArchitectureError
-from forklift.model.spec import from_config
+from forklift.model.archrules import from_config
+from forklift.model.tensors import model_tensors, param_count
+from forklift.model.vision import tower_param_count, tower_tensors
 
 CONFIGS = Path(__file__).resolve().parents[3] / "tests" / "data" / "configs"
 
@@ -30,7 +32,7 @@ def test_gemma3_27b_is_five_sliding_to_one_full() -> None:
     assert spec.vocab_size == 262208  # absent from the published config: Gemma3TextConfig's default
     assert (spec.head_dim, spec.num_kv_heads, spec.qk_norm) == (128, 16, True)
     assert spec.tie_word_embeddings
-    norms = [t for t in spec.tensors() if t.module == "model.layers.0.norms"]
+    norms = [t for t in model_tensors(spec) if t.module == "model.layers.0.norms"]
     assert norms[0].numel == 4 * 5376  # input / post_attention / pre_feedforward / post_feedforward
 
 
@@ -58,11 +60,11 @@ def test_qwen2_5_vl_vision_tower_matches_a_public_module_count() -> None:
     spec = from_config(_load("qwen2.5-vl-7b-instruct.json"))
     assert spec.vision is not None and spec.family == "dense" and spec.num_layers == 28
     # a public transformers module dump of Qwen2.5-VL-7B-Instruct: vision encoder 676.55M, merger 44.57M
-    assert spec.vision.param_count() == pytest.approx(676.55e6, abs=0.005e6)
-    merger = sum(t.numel for t in spec.vision.tensors() if t.module.startswith("visual.merger"))
+    assert tower_param_count(spec.vision) == pytest.approx(676.55e6, abs=0.005e6)
+    merger = sum(t.numel for t in tower_tensors(spec.vision) if t.module.startswith("visual.merger"))
     assert merger == pytest.approx(44.57e6, abs=0.005e6)
     # and the whole model: 8.29B in the same dump (the language model's few QKV biases are not in the planner)
-    assert spec.param_count() == pytest.approx(8.29e9, abs=0.006e9)
+    assert param_count(spec) == pytest.approx(8.29e9, abs=0.006e9)
 
 
 def test_qwen3_vl_moe_plans_its_text_config_and_adds_the_tower() -> None:
@@ -71,7 +73,7 @@ def test_qwen3_vl_moe_plans_its_text_config_and_adds_the_tower() -> None:
     spec, lm = from_config(wrapper), from_config(text)
     assert spec.vision is not None and lm.vision is None
     assert spec.layers == lm.layers and spec.moe == lm.moe and spec.num_kv_heads == lm.num_kv_heads
-    assert spec.param_count() - lm.param_count() == spec.vision.param_count()
+    assert param_count(spec) - param_count(lm) == tower_param_count(spec.vision)
     v = spec.vision
     assert (v.depth, v.hidden, v.out_hidden, v.deepstack, v.positions) == (27, 1152, 2048, 3, 2304)
 
@@ -99,6 +101,6 @@ def test_qwen3_5_counts_its_vision_tower_without_deepstack(name: str) -> None:
              + h * i + i + i * h + h)  # linear_fc1 / linear_fc2 with biases
     merger = 2 * h + (h * m2) * (h * m2) + h * m2 + (h * m2) * out + out  # LayerNorm over h, fc1, fc2
     expected = patch + vc["num_position_embeddings"] * h + vc["depth"] * block + merger
-    assert spec.vision.param_count() == expected
+    assert tower_param_count(spec.vision) == expected
     text = {**cfg["text_config"], "architectures": ["Qwen3_5ForCausalLM"], "torch_dtype": "bfloat16"}
-    assert spec.param_count() - from_config(text).param_count() == expected
+    assert param_count(spec) - param_count(from_config(text)) == expected

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from forklift import recipe as recipes
-from forklift.cluster.modelfiles import INDEX, index_map, selection
-from forklift.cluster.pull import choose_mode, pull_recipe, wanted_files
+from forklift.distribution.modelfiles import INDEX, index_map, selection
+from forklift.distribution.pull import choose_mode, pull_recipe, wanted_files
 from forklift.errors import HubError
 from forklift.model import hub
 from tests.hubserver import HubServer, git_blob_id

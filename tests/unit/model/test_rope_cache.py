@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forklift.model.spec import from_config
+from forklift.model.archrules import from_config
 
 
 def _gemma3(**extra: Any) -> dict[str, Any]:

@@ -24,6 +24,8 @@ from forklift.net import parse
 from forklift.net.model import NodeNet, Route
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "net"
+_SSHD = ("  sl  local_address rem_address   st tx_queue rx_queue\n"
+         "   0: 00000000:0016 00000000:0000 0A 00000000:00000000\n")  # sshd listening on 22 (/proc/net/tcp)
 GUIDS = {"a": "4cbb:4703:002d:1a16", "b": "4821:0b03:0096:04cb"}
 PCI = {"enp1s0f0np0": ("p0", "0000:01:00.0", "rocep1s0f0"), "enp1s0f1np1": ("p1", "0000:01:00.1", "rocep1s0f1"),
        "enP2p1s0f0np0": ("p0", "0002:01:00.0", "roceP2p1s0f0"), "enP2p1s0f1np1": ("p1", "0002:01:00.1", "roceP2p1s0f1")}
@@ -90,7 +92,7 @@ def raw(which: str, addrs: dict[str, str | None], gids: dict[str, list[dict[str,
     return {"hostname": f"spark-{which}", "tools": {"ip": "/usr/sbin/ip"},
             "ip_addr": {"rc": 0, "out": _ip_addr(addrs, {n: 9000 for n in PCI}), "err": ""},
             "ip_route_default": {"rc": 0, "out": '[{"dst":"default","gateway":"192.168.1.1","dev":"enP7s7"}]'},
-            "netdevs": netdevs, "rdma": rdma, "ibv_devinfo": {"rc": 0, "out": ibv_text}, "listening": [22],
+            "netdevs": netdevs, "rdma": rdma, "ibv_devinfo": {"rc": 0, "out": ibv_text}, "proc_net_tcp": _SSHD,
             "nccl": {"status": "found", "how": "libnccl.so.2 after import torch", "code": 22809,
                      "path": "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2", "build_id": "a7f420a1"}}
 

@@ -7,14 +7,14 @@ from dataclasses import replace
 from typing import Any
 
 from forklift.node import facts as F
-from forklift.node.facts import FileFact, Heartbeat, NodeFacts, SwapArea, SwapFileFact, UnitFact
+from forklift.node.facts import FileFact, Heartbeat, PrepFacts, SwapArea, SwapFileFact, UnitFact
 from forklift.runner import Completed
 
 GIB = 1 << 30
 
 
-def make_facts(**over: Any) -> NodeFacts:
-    base = NodeFacts(
+def make_facts(**over: Any) -> PrepFacts:
+    base = PrepFacts(
         host="spark1", root="/", uid=0, init="systemd", has_systemd=True, now=1000.0, hostname="spark1",
         sysctl={"vm.swappiness": "60", "vm.vfs_cache_pressure": "100", "vm.min_free_kbytes": "67584",
                 "vm.dirty_ratio": "20", "vm.dirty_background_ratio": "10"},

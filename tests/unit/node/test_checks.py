@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from forklift.host.parse import meminfo as parse_meminfo
 from forklift.node.checks import (
     check_display_manager,
     check_guard,
@@ -11,7 +12,7 @@ from forklift.node.checks import (
     check_sysctl,
     run_checks,
 )
-from forklift.node.facts import FileFact, SwapFileFact, UnitFact, fstab_entries, parse_meminfo, parse_sysctl_conf
+from forklift.node.facts import FileFact, SwapFileFact, UnitFact, fstab_entries, parse_sysctl_conf
 from forklift.node.profile import GIB, load_profile
 from forklift.results import worst
 from tests.unit.node.helpers import heartbeat, make_facts, swap

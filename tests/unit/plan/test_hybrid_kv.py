@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from forklift.model.spec import ModelSpec, from_config
+from forklift.model.archrules import from_config
+from forklift.model.spec import ModelSpec
 from forklift.plan import make, rules
 from forklift.plan.kvcache import KvLayout, layout
 from forklift.plan.kvspecs import KvInputs, kv_config, layer_specs

@@ -9,7 +9,7 @@ import pytest
 
 from forklift.errors import PlanError
 from forklift.model import configs_index
-from forklift.model.spec import from_config
+from forklift.model.archrules import from_config
 from forklift.plan import make, pp_partition
 from tests.unit.plan.conftest import recipe_for
 

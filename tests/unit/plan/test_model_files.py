@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from forklift import recipe as recipes
-from forklift.cluster.sync import plan_sync
+from forklift.distribution.sync import plan_sync
 from forklift.plan import make
 from tests.helpers import forklift
 from tests.unit.plan.conftest import recipe_for

@@ -79,7 +79,7 @@ MEMINFO = "MemTotal:       127605084 kB\nMemFree:         1000000 kB\nMemAvailab
 
 def test_hw_node_measures_over_a_runner_and_the_plan_uses_it() -> None:
     runner = FakeRunner(host="spark-1").on(["cat", "/proc/meminfo"], stdout=MEMINFO).on(
-        ["nvidia-smi"], stdout="NVIDIA GB10, [N/A], [N/A]\n")
+        ["nvidia-smi"], stdout="0, NVIDIA GB10, [N/A], [N/A], [N/A], 580.95.05\n")
     measured = facts.measure(runner, host="spark-1")
     assert measured.mem_available_gib == 100.0 and measured.hardware == "gb10"
     facts.save(measured)

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from forklift import recipe as recipes
 from forklift.errors import EnvNameError, RecipeError, RunNameError, SshTargetError
+from forklift.names import ENV_NAME
 from forklift.record import run_dir, validate_name
 from forklift.runner import LocalRunner
-from forklift.runner.base import ENV_NAME
 from forklift.runner.ssh import SshRunner
 from tests.helpers import forklift
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from forklift.cluster.transfer import pipe
+from forklift.distribution.transfer import pipe
 from forklift.errors import TransferError
 from forklift.runner import LocalRunner
 

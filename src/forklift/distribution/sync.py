@@ -5,9 +5,9 @@
 2. The source: ``source=`` (a node's host, or ``local``), else the fullest copy, nodes before this machine
    (the data network between nodes is the fast one).
 3. Per target, the files its pipeline stage needs (``model.files``: its shards plus shared files), compared with
-   the source (``cluster.copy``); a node already holding matching files is skipped.
+   the source (``distribution.copy``); a node already holding matching files is skipped.
 4. Copy in parallel, resumable, over the data network when nodes can ssh to each other, else relayed through
-   this machine (``cluster.transfer``); bytes, seconds and MB/s per node. Then check what landed.
+   this machine (``distribution.transfer``); bytes, seconds and MB/s per node. Then check what landed.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from forklift.cluster import jobs, remote
-from forklift.cluster.copy import CopyOptions, NodeSync, copy_to, sha256_of
-from forklift.cluster.modelfiles import (
+from forklift.distribution import jobs
+from forklift.distribution.copy import CopyOptions, NodeSync, copy_to, sha256_of
+from forklift.distribution.modelfiles import (
     INDEX,
     Listing,
     cache_repo_dir,
@@ -35,8 +35,9 @@ from forklift.cluster.modelfiles import (
     selection,
     snapshot_dir,
 )
-from forklift.cluster.transfer import Site
+from forklift.distribution.transfer import Site
 from forklift.errors import TransferError
+from forklift.host import remote
 from forklift.launch.render import model_paths
 from forklift.recipe.schema import Recipe
 from forklift.runner import LocalRunner, Runner

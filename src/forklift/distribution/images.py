@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from forklift.cluster import jobs
-from forklift.cluster.sync import LOCAL, parallel
-from forklift.cluster.transfer import (
+from forklift.distribution import jobs
+from forklift.distribution.sync import LOCAL, parallel
+from forklift.distribution.transfer import (
     Progress,
     ProgressFn,
     Rate,

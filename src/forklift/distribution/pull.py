@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forklift.cluster import jobs
-from forklift.cluster.copy import CopyOptions, NodeSync, copy_to
-from forklift.cluster.modelfiles import INDEX, Listing, cache_repo_dir, index_map, selection
-from forklift.cluster.pullwatch import NodePull, PullJob, watch
-from forklift.cluster.sync import SyncReport, node_hub_cache, parallel
-from forklift.cluster.transfer import ProgressFn, Site, no_progress
+from forklift.distribution import jobs
+from forklift.distribution.copy import CopyOptions, NodeSync, copy_to
+from forklift.distribution.modelfiles import INDEX, Listing, cache_repo_dir, index_map, selection
+from forklift.distribution.pullwatch import NodePull, PullJob, watch
+from forklift.distribution.sync import SyncReport, node_hub_cache, parallel
+from forklift.distribution.transfer import ProgressFn, Site, no_progress
 from forklift.errors import HubError, TransferError
 from forklift.launch.hosts import runners_for
 from forklift.launch.render import model_paths

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from forklift import recipe as recipes
-from forklift.cluster.images import ImageOptions, sync_image
+from forklift.distribution.images import ImageOptions, sync_image
 from forklift.errors import TransferError
 from forklift.runner import FakeRunner
 

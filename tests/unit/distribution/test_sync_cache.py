@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from forklift import recipe as recipes
-from forklift.cluster.sync import sync
+from forklift.distribution.sync import sync
 from forklift.runner import LocalRunner
 from tests.modelgen import expected_files, make_model
 

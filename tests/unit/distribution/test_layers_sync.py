@@ -3,9 +3,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from forklift import recipe as recipes
-from forklift.cluster.modelfiles import needed_files
-from forklift.cluster.sync import plan_sync, sync
-from forklift.cluster.transfer import rsync_argv
+from forklift.distribution.modelfiles import needed_files
+from forklift.distribution.sync import plan_sync, sync
+from forklift.distribution.transfer import rsync_argv
 from forklift.plan.layout import node_layer_ranges, pp_indices, pp_partition
 from forklift.runner import LocalRunner
 from forklift.runner.ssh import SshRunner

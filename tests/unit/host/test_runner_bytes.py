@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forklift.cluster import remote
+from forklift.host import remote
 from forklift.runner import LocalRunner
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from forklift import paths
-from forklift.cluster import procs, remote
+from forklift.host import procs, remote
 from forklift.runner import LocalRunner, Runner
 
 EXIT_MARK = "forklift-job-exit"

@@ -1,4 +1,5 @@
-"""Where a run's results are kept, beside its record, so a later canary can repeat and compare them:
+"""Where a run's results are kept, beside its record, so a later check, bench or canary can find, repeat and compare
+them (stored here, not in canary, since `forklift check` and `forklift bench` save through it too):
 
     $FORKLIFT_HOME/runs/NAME/check/STAMP.json          check reports (`forklift check NAME` saves each)
     $FORKLIFT_HOME/runs/NAME/bench/STAMP/results.json  bench results (`forklift bench NAME` writes them there)
@@ -15,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from forklift.record import benches_dir as benches_dir  # re-exported: where canary reads and writes benches
-from forklift.record import latest_bench as latest_bench
-from forklift.record import run_dir
+from forklift.record.model import run_dir
+from forklift.record.store import benches_dir as benches_dir  # re-exported: where check, bench and canary keep results
+from forklift.record.store import latest_bench as latest_bench
 
 
 def stamp() -> str:

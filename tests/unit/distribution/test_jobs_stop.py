@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from forklift.cluster import copy, jobs
-from forklift.cluster.modelfiles import Listing
-from forklift.cluster.transfer import Site
+from forklift.distribution import copy, jobs
+from forklift.distribution.modelfiles import Listing
+from forklift.distribution.transfer import Site
 from forklift.errors import TransferError
 from forklift.runner import LocalRunner
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from forklift import recipe as recipes
-from forklift.cluster.copy import compare
-from forklift.cluster.images import registry_ref
-from forklift.cluster.modelfiles import Listing, hub_cache, pulled_commit
 from forklift.cluster.preflight import run_preflight
-from forklift.cluster.transfer import data_address, pipe, route
+from forklift.distribution.copy import compare
+from forklift.distribution.images import registry_ref
+from forklift.distribution.modelfiles import Listing, hub_cache, pulled_commit
+from forklift.distribution.transfer import data_address, pipe, route
 from forklift.errors import TransferError
 from forklift.recipe.schema import Node
 from forklift.runner import FakeRunner, LocalRunner

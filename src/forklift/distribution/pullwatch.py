@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from forklift.cluster import jobs
-from forklift.cluster.transfer import Progress, ProgressFn, Rate
+from forklift.distribution import jobs
+from forklift.distribution.transfer import Progress, ProgressFn, Rate
 
 POLL_S = 1.0
 LIVENESS_EVERY = 5

@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from forklift.cluster import jobs
-from forklift.cluster.modelfiles import HASHED, Listing, remote_listing
-from forklift.cluster.transfer import (
+from forklift.distribution import jobs
+from forklift.distribution.modelfiles import HASHED, Listing, remote_listing
+from forklift.distribution.transfer import (
     Progress,
     ProgressFn,
     Rate,

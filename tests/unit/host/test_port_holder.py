@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from forklift.cluster.preflight import run_preflight
-from forklift.cluster.procs import port_holder, port_holder_local
+from forklift.host.procs import port_holder, port_holder_local
 from forklift.recipe.schema import Recipe
 from forklift.runner import Completed, LocalRunner, Runner
 from tests.unit.cluster.fakes import HostSim, fake_vllm, two_node_recipe

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from forklift.cluster import jobs
-from forklift.cluster.modelfiles import remote_listing
+from forklift.distribution import jobs
+from forklift.distribution.modelfiles import remote_listing
 from forklift.errors import RunnerError, TransferError
 from forklift.recipe.schema import Node
 from forklift.runner import LocalRunner, Runner

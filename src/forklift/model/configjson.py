@@ -1,0 +1,51 @@
+"""config.json as the model rules read it: the file, dotted or alternative keys, required integers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from forklift.errors import ModelError
+
+Cfg = Mapping[str, Any]
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """Read a config.json (a file or a directory holding one)."""
+    file = path / "config.json" if path.is_dir() else path
+    try:
+        data = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise ModelError(f"{file} does not exist", fix="Point model.config or model.source at a config.json.") from None
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{file}: not valid JSON: {exc}", fix="Fix or replace the config.json.") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{file}: config.json must be a JSON object", fix="Replace the config.json.")
+    return data
+
+
+def lookup(cfg: Cfg, key: str | list[str]) -> Any:
+    """``key`` may be dotted (``linear_attn_config.num_heads``) or a list of alternatives (first present wins)."""
+    for k in [key] if isinstance(key, str) else key:
+        value: Any = cfg
+        for part in k.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if value is not None:
+            return value
+    return None
+
+
+def need_int(cfg: Cfg, key: str | list[str], ctx: tuple[str, str]) -> int:
+    source, arch = ctx
+    value = lookup(cfg, key)
+    name = key if isinstance(key, str) else " or ".join(key)
+    if value is None:
+        raise ModelError(f"{source}: config.json for {arch} lacks '{name}', which the planner needs",
+                         fix=f"Add \"{name}\" to config.json (copy it from the model's published config).")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ModelError(f"{source}: '{name}' must be an integer, got {value!r}",
+                         fix=f"Fix '{name}' in config.json.") from None

@@ -1,0 +1,70 @@
+"""The named public API: ``import forklift`` and nothing else. What a unit test can call without a server is called."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import forklift
+
+PUBLIC = ["BenchConfig", "BenchResult", "CheckReport", "CheckResult", "Deployment", "Finding", "ForkliftError", "Plan",
+          "RankState", "Recipe", "RunRecord", "Target", "Unplanned", "UpResult", "__version__", "bench", "check",
+          "diagnose", "plan", "up"]
+
+
+def test_all_is_sorted_and_names_exactly_the_public_api() -> None:
+    assert forklift.__all__ == sorted(forklift.__all__) == PUBLIC
+    for name in forklift.__all__:
+        assert getattr(forklift, name) is not None, name
+
+
+def test_import_forklift_loads_nothing_else() -> None:
+    code = "import sys, json, forklift; print(json.dumps(sorted(m for m in sys.modules if m.startswith('forklift'))))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == ["forklift", "forklift.version"]
+
+
+def test_plan_the_default_recipe() -> None:
+    plan = forklift.plan("default")
+    assert isinstance(plan, forklift.Plan) and plan.fits and plan.kv_tokens > 0
+    assert plan.to_json() == forklift.plan("default", []).to_json()
+    smaller = forklift.plan("default", ["serve.max_model_len=1024"])
+    assert smaller.max_model_len == 1024
+
+
+def test_plan_is_still_the_planner_package() -> None:
+    assert callable(forklift.plan) and forklift.plan.make is not None and forklift.plan.Plan is forklift.Plan
+
+
+def test_diagnose_a_log_text() -> None:
+    log = ("INFO 11-30 10:00:00 worker.py:1 loading weights\n"
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "79.19 GiB of which 1.50 GiB is free.\n")
+    findings = forklift.diagnose(log.splitlines())
+    assert findings and all(isinstance(f, forklift.Finding) for f in findings)
+    assert "oom" in findings[0].category
+
+
+def test_check_and_bench_name_a_target_they_cannot_reach() -> None:
+    target = forklift.Target.from_url("http://127.0.0.1:9", model="m")  # nothing listens on the discard port
+    with pytest.raises(forklift.ForkliftError, match="cannot reach"):
+        forklift.check(target, "quick")
+    with pytest.raises(forklift.ForkliftError, match="cannot reach"):
+        forklift.bench(forklift.BenchConfig(concurrency=(1,), input_len=16, output_len=8), target)
+
+
+def test_up_refuses_a_plan_that_does_not_fit_before_touching_a_node() -> None:
+    tiny = forklift.plan("default", ["serve.cpu_kv_cache_gib=0.001"])  # no room for one 4096-token request
+    assert not tiny.fits
+    with pytest.raises(forklift.ForkliftError):
+        forklift.up(tiny, name="public-api-test")
+
+
+def test_a_record_and_a_result_are_the_public_types() -> None:
+    result = forklift.CheckResult("endpoint", "ok", "served")
+    assert result.status == "ok"
+    assert issubclass(forklift.ForkliftError, Exception)
+    assert "ranks" in forklift.RunRecord.model_fields
