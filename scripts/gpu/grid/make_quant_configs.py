@@ -6,9 +6,9 @@ on vLLM 0.26.0:
   llama8b-q-awq           AutoAWQ GEMM, 4 bit, group 128, zero points (vLLM: auto_awq)
   llama8b-q-gptq          GPTQ 4 bit, group 128, sym, desc_act false, modules_in_block_to_quantize listed
   llama8b-q-gptq-act      the same with desc_act true (act-order: g_idx per input row)
-  llama8b-q-gptq-nolist   GPTQ 4 bit without modules_in_block_to_quantize: vLLM 0.26's AutoGPTQConfig.maybe_update_config
-                          then reads the quantized layers from the checkpoint's safetensors metadata, which a dummy
-                          checkpoint does not have
+  llama8b-q-gptq-nolist   GPTQ 4 bit without modules_in_block_to_quantize: vLLM 0.26's
+                          AutoGPTQConfig.maybe_update_config then reads the quantized layers from the
+                          checkpoint's safetensors metadata, which a dummy checkpoint does not have
   llama8b-q-ct-w4a16      compressed-tensors pack-quantized W4A16, group 128, symmetric, lm_head ignored
   llama8b-q-ct-fp8        compressed-tensors FP8 W8A8, per-channel weights, dynamic per-token activations
   llama8b-q-fp8-tensor    quant_method fp8, per-tensor weight scales, dynamic activations
