@@ -35,6 +35,10 @@ HERE = Path(__file__).resolve().parent
 HOME = Path(os.environ.get("GRID_HOME", Path.home() / "grid"))
 STAGE_MODELS = Path.home() / "stage" / "models"
 DONE_RE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took")
+# GRID_STOP_AT_KV=1: a sizing run stops once vLLM logged the pool and its concurrency (both come before the
+# CUDA-graph capture, ENGINE-NOTES "H200, vLLM 0.26, quantized dummy checkpoints")
+if os.environ.get("GRID_STOP_AT_KV"):
+    DONE_RE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took|Maximum concurrency for")
 FATAL_RE = re.compile(r"(Error|error|Traceback)")
 FLAGS = {
     "max_model_len": "--max-model-len", "gpu_memory_utilization": "--gpu-memory-utilization",
@@ -137,7 +141,7 @@ class Run:
         self.point, self.gpus, self.t0 = point, gpus, time.time()
         self.log = HOME / "logs" / f"{point['id']}-{point['model']}.log"
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(map(str, gpus)), VLLM_LOGGING_LEVEL="DEBUG",
-                   NCCL_NVLS_ENABLE="0", PYTHONUNBUFFERED="1")
+                   NCCL_NVLS_ENABLE="0", PYTHONUNBUFFERED="1", **point.get("env", {}))
         argv = command(point, port)
         with self.log.open("w") as fh:
             fh.write(f"# grid point {json.dumps(point)}\n# gpus {gpus}\n# argv {' '.join(argv)}\n")

@@ -76,7 +76,9 @@ def _skip_gptq(name: str, entries: tuple[str, ...]) -> bool:
     """``entries``: the dynamic ``-:REGEX`` keys (leave unquantized), plus ``+only:X`` for
     modules_in_block_to_quantize (a layer is quantized only when an entry is a substring of its name)."""
     only = [e[len("+only:"):] for e in entries if e.startswith("+only:")]
-    if only and "layers." in name and not any(o in name for o in only):
+    # gptq_utils.is_layer_gptq_quantized: a fused projection (qkv_proj, gate_up_proj) is quantized when each of its
+    # checkpoint shards (q_proj, k_proj, ...) has an entry as a substring
+    if only and "layers." in name and not all(any(o in n for o in only) for n in _names(name)):
         return True
     return any(_regex(e[2:], name) for e in entries if e.startswith("-:"))
 
@@ -103,6 +105,15 @@ class QuantScheme(BaseModel):
     """Bytes per parameter of routed experts when they differ from the other linear layers."""
     weight_block: tuple[int, int] | None = None
     """Block-FP8 ``weight_block_size`` [block_n, block_k] (fp8 method), None for other formats."""
+    lm_head: bool = True
+    """Whether the method quantizes lm_head. vLLM's ParallelLMHead is a VocabParallelEmbedding, not a LinearBase:
+    fp8 (fp8.py Fp8Config.get_quant_method) and compressed-tensors (compressed_tensors.py get_quant_method) quantize
+    LinearBase layers only; auto_awq / auto_gptq take lm_head only with ``lm_head: true`` (auto_awq.py
+    AutoAWQConfig.get_quant_method, gptq_utils.py get_linear_quant_method). Other methods: their exclude lists."""
+    layers_from_checkpoint: bool = False
+    """vLLM learns which layers are quantized from the checkpoint's safetensors headers (auto_gptq without
+    ``modules_in_block_to_quantize``: AutoGPTQConfig.maybe_update_config keeps the layers whose stored dtype is not
+    a float); a dummy load has no headers, so every layer stays unquantized (``loaded_scheme``)."""
     kv_cache_dtype: str | None = None
     """The KV dtype the checkpoint declares (ModelOpt kv_cache_quant_algo, compressed-tensors kv_cache_scheme):
     vLLM's ``--kv-cache-dtype auto`` resolves to it (utils/torch_utils.py resolve_kv_cache_dtype_string)."""
@@ -114,6 +125,8 @@ class QuantScheme(BaseModel):
         if not linear or self.method == "none":
             return base_bytes
         if self.experts_only and role != "experts":
+            return base_bytes
+        if role == "lm_head" and not self.lm_head:
             return base_bytes
         if self.excluded(module):
             return base_bytes
@@ -164,7 +177,8 @@ def _fp8(qc: Mapping[str, Any]) -> QuantScheme:
     fmt = "fp8_block" if block else "fp8"
     pair = (int(block[0]), int(block[1])) if isinstance(block, list) and len(block) == 2 else None
     return _scheme("fp8", fmt, format_bytes()[fmt],
-                   _patterns(qc.get("ignored_layers") or qc.get("modules_to_not_convert")), "fp8", weight_block=pair)
+                   _patterns(qc.get("ignored_layers") or qc.get("modules_to_not_convert")), "fp8", weight_block=pair,
+                   lm_head=False)
 
 
 def _mxfp4(qc: Mapping[str, Any]) -> QuantScheme:
@@ -177,7 +191,7 @@ def _awq(qc: Mapping[str, Any]) -> QuantScheme:
     bits = int(qc.get("bits") or qc.get("w_bit") or 4)
     group = int(qc.get("group_size") or qc.get("q_group_size") or 128)
     return _scheme("auto_awq", f"int{bits}_g{group}", int_bytes(bits, group, zeros=True),
-                   _patterns(qc.get("modules_to_not_convert")), "substring")
+                   _patterns(qc.get("modules_to_not_convert")), "substring", lm_head=bool(qc.get("lm_head", False)))
 
 
 def _gptq(qc: Mapping[str, Any]) -> QuantScheme:
@@ -190,7 +204,8 @@ def _gptq(qc: Mapping[str, Any]) -> QuantScheme:
         flat = [str(m) for b in blocks for m in (b if isinstance(b, list) else [b])]
         entries += [f"+only:{m}" for m in flat]
     return _scheme("auto_gptq", f"int{bits}_g{group}", int_bytes(bits, group, zeros=not qc.get("sym", True)),
-                   tuple(entries), "gptq")
+                   tuple(entries), "gptq", lm_head=bool(qc.get("lm_head", False)),
+                   layers_from_checkpoint=not isinstance(blocks, list) or not blocks)
 
 
 def _auto_round(qc: Mapping[str, Any]) -> QuantScheme:
@@ -240,7 +255,7 @@ def _compressed_tensors(qc: Mapping[str, Any]) -> QuantScheme:
             linear = found
     kv = qc.get("kv_cache_scheme")
     return _scheme("compressed-tensors", linear[0], linear[1], _patterns(qc.get("ignore")), "ct",
-                   expert_bytes=experts[1] if experts else None,
+                   expert_bytes=experts[1] if experts else None, lm_head=False,
                    kv_cache_dtype="fp8" if isinstance(kv, Mapping) and int(kv.get("num_bits") or 0) == 8 else None)
 
 
@@ -283,3 +298,12 @@ def online_scheme(quantization: str | None, current: QuantScheme) -> QuantScheme
         # vLLM's online fp8 quantizes every linear layer but keeps embeddings and lm_head
         return _scheme("fp8-online", "fp8", 1.0, ("lm_head",), "exact")
     return current
+
+
+def loaded_scheme(scheme: QuantScheme, *, dummy: bool) -> QuantScheme:
+    """The scheme vLLM applies for a load format: with ``--load-format dummy`` a method that reads its quantized
+    layers from the checkpoint's headers finds none (transformers_utils/config.py get_safetensors_params_metadata
+    returns {} for a folder without safetensors) and leaves every linear layer unquantized."""
+    if not (dummy and scheme.layers_from_checkpoint):
+        return scheme
+    return scheme.model_copy(update={"exclude": (*scheme.exclude, "-:.*")})

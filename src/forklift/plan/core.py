@@ -14,7 +14,7 @@ from forklift.hardware.detect import local_amx
 from forklift.hardware.profiles import HardwareProfile
 from forklift.hardware.profiles import get as get_profile
 from forklift.model.load import SpecSource
-from forklift.model.quant import online_scheme
+from forklift.model.quant import loaded_scheme, online_scheme
 from forklift.model.spec import ModelSpec
 from forklift.plan import calibrate, kvspecs, layout, rules, terms
 from forklift.plan import memory as mem
@@ -331,7 +331,8 @@ def weight_table(ctx: Context) -> tuple[mem.WeightTable, list[float] | None]:
     """Weight bytes per layer from parameter counts, and per stage from safetensors headers when the
     checkpoint is on this machine (and is what will be served)."""
     st, spec, recipe = ctx.st, ctx.spec, ctx.deployment.recipe
-    quant = online_scheme(recipe.serve.quantization, spec.quant)
+    quant = loaded_scheme(online_scheme(recipe.serve.quantization, spec.quant),
+                          dummy=recipe.model.load_format == "dummy")
     table = mem.weight_table(spec, quant, float(st.dtype_bytes), st.tp, st.pp, include_mtp=st.include_mtp,
                              experts=expert_share(ctx))
     stored = None
