@@ -14,6 +14,7 @@ from forklift.check import needle
 from forklift.check.auth import check_auth
 from forklift.check.completion import check_completion
 from forklift.check.endpoint import check_endpoint
+from forklift.check.integrity import check_integrity
 from forklift.check.needle import check_needle
 from forklift.check.parity import Transcript, check_parity
 from forklift.check.reasoning import check_reasoning
@@ -25,7 +26,7 @@ from forklift.check.tools import check_tools
 from forklift.endpoint import Target
 from forklift.results import CheckResult
 
-QUICK: tuple[CheckId, ...] = ("endpoint", "completion", "streaming", "tools", "auth")
+QUICK: tuple[CheckId, ...] = ("endpoint", "completion", "streaming", "tools", "integrity", "auth")
 NEEDLE_TIMEOUT_S = 1800.0
 
 
@@ -50,7 +51,8 @@ def plan(target: Target, tier: Tier, only: Sequence[CheckId] | None = None) -> l
     return [c for c in CHECK_IDS if c in chosen]
 
 
-def _run_one(check_id: CheckId, s: Session, opts: Options, reference: Transcript | Session | None) -> CheckResult:
+def _run_one(check_id: CheckId, s: Session, opts: Options, reference: Transcript | Session | None,
+             tier: Tier) -> CheckResult:
     if check_id == "endpoint":
         return check_endpoint(s)
     if check_id == "completion":
@@ -61,6 +63,8 @@ def _run_one(check_id: CheckId, s: Session, opts: Options, reference: Transcript
         return check_reasoning(s)
     if check_id == "tools":
         return check_tools(s)
+    if check_id == "integrity":
+        return check_integrity(s, tier)
     if check_id == "needle":
         slow = Session(s.target, s.discovery, timeout_s=NEEDLE_TIMEOUT_S)
         try:
@@ -75,11 +79,12 @@ def _run_one(check_id: CheckId, s: Session, opts: Options, reference: Transcript
     return check_auth(s)
 
 
-def _guarded(check_id: CheckId, s: Session, opts: Options, reference: Transcript | Session | None) -> CheckResult:
+def _guarded(check_id: CheckId, s: Session, opts: Options, reference: Transcript | Session | None,
+             tier: Tier = "quick") -> CheckResult:
     """A check whose connection breaks mid-way fails with that error instead of aborting the suite."""
     t0 = time.monotonic()
     try:
-        return _run_one(check_id, s, opts, reference)
+        return _run_one(check_id, s, opts, reference, tier)
     except (httpx.HTTPError, openai.OpenAIError) as exc:
         return CheckResult(check_id, "fail", f"request failed: {type(exc).__name__}: {exc}",
                            seconds=time.monotonic() - t0,
@@ -113,7 +118,7 @@ def run(target: Target, tier: Tier = "quick", opts: Options | None = None,
             if check_id != "endpoint" and not served:
                 result = CheckResult(check_id, "skip", f"skipped: model '{s.model}' is not served (see endpoint)")
             else:
-                result = _guarded(check_id, s, opts, reference)
+                result = _guarded(check_id, s, opts, reference, tier)
             results.append(result)
             if on_result:
                 on_result(result)

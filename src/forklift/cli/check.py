@@ -94,10 +94,13 @@ def check_cmd(
     name: NameArg = None,
     url: Annotated[str | None, typer.Option("--url", help="Check any OpenAI-compatible server (base URL).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model name to check (default: the served one).")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="endpoint, completion, streaming, tools, auth "
-                                                        "(+ reasoning with a reasoning parser). The default.")] = False,
-    full: Annotated[bool, typer.Option("--full", help="Every check, needle and parity included.")] = False,
-    only: Annotated[str | None, typer.Option("--only", help="Just these checks, comma-separated.")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="endpoint, completion, streaming, tools, integrity's fast "
+                                                        "part, auth (+ reasoning with a reasoning parser). "
+                                                        "The default.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Every check: all integrity probes, needle, parity, "
+                                                      "speculative.")] = False,
+    only: Annotated[str | None, typer.Option("--only", help="Just these checks, comma-separated, at full depth "
+                                                            "(with --quick: integrity's fast part).")] = None,
     json_out: JsonOpt = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each check's requests and responses.")
                        ] = False,
@@ -115,7 +118,8 @@ def check_cmd(
                              ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed for the needle codes.")] = None,
 ) -> None:
-    """Prove a deployment works: known answers, streaming, tool calls, long-context recall, parity, auth.
+    """Prove a deployment works: known answers, streaming, tool calls, output integrity, long-context recall,
+    parity, auth.
     Exits 0 when every check is ok, warn or skip, 1 when one failed, 2 when the checks could not run."""
     from forklift import check
     from forklift.cli.checks import print_checks, print_progress
@@ -127,7 +131,7 @@ def check_cmd(
         _save_reference(target, save_reference, json_out)
         return
     opts = _options(reference, api_key_env, only, needle_lengths, needle_depths, seed)
-    tier: check.Tier = "full" if full else "quick"
+    tier: check.Tier = "full" if full or (only is not None and not quick) else "quick"
     report = check.run(target, tier, opts, on_result=None if json_out else print_progress)
     if target.run_name:  # kept with the run: a later `forklift canary` repeats and compares it
         from forklift.canary.store import save_check
