@@ -7,7 +7,8 @@
    applies makes the candidate broken before anything is stopped.
 3. Replace (default): stop the baseline, start the candidate under the same name (same nodes, same port).
    Beside (``beside``, when the plans say both fit): start it as NAME-canary on the next port, baseline untouched.
-4. The same check tier and bench workload run against the candidate; each is compared with the baseline's.
+4. The same check tier and bench workload run against the candidate; each is compared with the baseline's (the
+   candidate's greedy answers with the baseline's golden transcript, when the tier has ``golden``).
    Verdict: broken (did not start, or a check that passed now fails), regressed (a gated metric is worse beyond
    the threshold with confidence), else ok.
 5. ok with ``keep_on_ok``: the candidate stays (its results become the run's latest). Otherwise the candidate is
@@ -167,7 +168,7 @@ def _measure(cand: RunRecord, base: Baseline, ops: Ops, opts: Options, out: Outc
 def _check_then_bench(cand: RunRecord, base: Baseline, ops: Ops, opts: Options, out: Outcome,
                       on_event: EventFn) -> None:
     on_event("check", f"{base.check.tier} tier, {len(base.check.statuses)} checks, as the baseline's")
-    report = ops.check(cand, base.check.tier, list(base.check.statuses), save=False)
+    report = ops.check(cand, base.check.tier, list(base.check.statuses), save=False, golden_from=base.record.name)
     (out.folder / "candidate-check.json").write_text(json.dumps(report, indent=2, default=str))
     out.checks = compare(base.check, from_json(report, str(out.folder / "candidate-check.json")))
     broken = [m.metric for m in out.checks.metrics if m.verdict == "regressed"]
