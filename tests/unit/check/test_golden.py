@@ -70,10 +70,12 @@ def test_across_builds_a_late_drift_is_within_the_tolerance() -> None:
     late = "The capital of France is Paris. " + " ".join(f"fact{i}" for i in range(24)) + " then something else"
     newer = {**SETTINGS, "vllm_version": "0.33.0"}
     result = _golden(answers({"What is the capital of France?": late}), newer)
-    assert result.status == "warn", result.summary
+    assert result.status == "ok", result.summary  # ok, not warn: canary counts ok -> warn as a regression
     assert "across builds: tolerance 16 tokens; settings that differ (here vs golden): vllm_version '0.33.0' vs " \
            "'0.32.0'" in result.summary
-    assert "'What is the capital of France?' at token 30" in result.summary
+    assert "'What is the capital of France?' at token 30 ('then ' here vs 'fact24 ', within the tolerance)" in \
+        result.summary
+    assert "2/3 greedy answers identical" in result.summary
     early = _golden(answers({"Name three colors.": "Purple."}), newer)
     assert early.status == "fail" and "'Name three colors.' at token 0" in early.summary
     same_build_late = _golden(answers({"What is the capital of France?": late}))
