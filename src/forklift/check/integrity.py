@@ -91,10 +91,12 @@ class Probe:
     measured: Any = None
     threshold: Any = None
     evidence: list[Evidence] = field(default_factory=list)
+    limit: str = ""
+    """What a passing probe left out because of ``model.capabilities`` (shown in the check's summary)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"probe": self.id, "status": self.status, "summary": self.summary, "measured": self.measured,
-                "threshold": self.threshold}
+                "threshold": self.threshold, "limit": self.limit or None}
 
 
 CAPABILITY: dict[ProbeId, tuple[str, str]] = {
@@ -228,7 +230,8 @@ def probe_utf8(s: Session, budget: Budget) -> Probe:
     if problems:
         return Probe("utf8", "fail", "; ".join(problems), measured, threshold, evidence)
     summary = f"{', '.join(rows)}: no invalid UTF-8, U+FFFD or lone surrogate in {chars} chars"
-    return Probe("utf8", "ok", "; ".join([summary, *skipped]), measured, threshold, evidence)
+    return Probe("utf8", "ok", "; ".join([summary, *skipped]), measured, threshold, evidence,
+                 limit="Latin only (model.capabilities.multilingual: false)" if skipped else "")
 
 
 def probe_repetition(s: Session, budget: Budget) -> Probe:
@@ -320,7 +323,8 @@ def probe_exact(s: Session) -> Probe:
     if not capable:
         return Probe("exact", "ok", f"the JSON-mode answer is a JSON object; {measured['right']}/{n} exact answers "
                      "right, not judged: the recipe marks this model as too small for exact answers "
-                     "(model.capabilities.exact_answers: false)", measured, threshold, evidence)
+                     "(model.capabilities.exact_answers: false)", measured, threshold, evidence,
+                     limit="JSON mode parses; answers not judged (model.capabilities.exact_answers: false)")
     summary = f"{measured['right']}/{n} exact answers right"
     if len(wrong) > EXACT_WRONG_MAX:
         return Probe("exact", "fail", f"{summary}; " + "; ".join(wrong), measured, threshold, evidence)
@@ -424,7 +428,8 @@ def check_integrity(s: Session, depth: Depth = "quick") -> CheckResult:
     status = worst(p.status for p in probes)
     parts = [f"{p.id} {p.status}: {p.summary}" for p in probes if p.status != "ok"]
     passed = [p.id for p in probes if p.status == "ok"]
-    summary = "; ".join(([f"{', '.join(passed)} ok"] if passed else []) + parts)
+    limits = [f"{p.id}: {p.limit}" for p in probes if p.status == "ok" and p.limit]
+    summary = "; ".join(([f"{', '.join(passed)} ok"] if passed else []) + limits + parts)
     if depth == "quick":
         summary += " (quick part; --full adds the long generation and tool scenarios)"
     details = {"depth": depth, "probes": [p.to_json() for p in probes]}

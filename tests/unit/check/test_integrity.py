@@ -180,6 +180,8 @@ def test_a_model_marked_too_small_skips_with_the_reason() -> None:
     assert probes["exact"]["status"] == "ok" and "model.capabilities.exact_answers: false" in \
         probes["exact"]["summary"]
     assert result.status == "ok"
+    assert result.summary.startswith("utf8, determinism, exact ok; utf8: Latin only (model.capabilities.multilingual: "
+                                     "false); exact: JSON mode parses; answers not judged")
 
 
 def test_json_mode_must_parse_even_for_a_small_model() -> None:
