@@ -215,7 +215,8 @@ def probe_utf8(s: Session, budget: Budget) -> Probe:
         rows[script] = {"chars": len(content), "script_chars": in_script, "invalid_utf8_bytes": faults.invalid_bytes,
                         "u+fffd": faults.replacement, "lone_surrogates": faults.surrogates,
                         "cut_at_max_tokens": faults.cut, "finish_reason": finish}
-        ev.response = excerpt(json.dumps({"content": content, "finish_reason": finish}, ensure_ascii=False))
+        shown = content.encode("utf-8", "backslashreplace").decode()  # a lone surrogate as its escape
+        ev.response = excerpt(json.dumps({"content": shown, "finish_reason": finish}, ensure_ascii=False))
         ev.note = (f"{faults.invalid_bytes} invalid UTF-8 bytes, {faults.replacement} U+FFFD, "
                    f"{faults.surrogates} lone surrogates in {len(content)} chars ({in_script} {script})"
                    + ("; a trailing U+FFFD cut by max_tokens not counted" if faults.cut else ""))

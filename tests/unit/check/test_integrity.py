@@ -229,3 +229,17 @@ def test_the_cli_fails_a_corrupted_endpoint_with_the_evidence() -> None:
     [result] = json.loads(out)["checks"]
     assert result["id"] == "integrity" and result["status"] == "fail"
     assert any(e["label"] == "utf8: utf8 CJK" and "2 U+FFFD" in e["note"] for e in result["evidence"])
+
+
+def test_a_lone_surrogate_is_counted_and_shown_escaped() -> None:
+    def lone(body: dict[str, Any]) -> Reply:
+        reply = healthy(body)
+        if reply.content == SCRIPT_TEXT["Latin"]:
+            reply.raw = b"La mer \\ud83c est calme."
+        return reply
+
+    result = _run(lone, "quick")
+    assert _probes(result)["utf8"]["measured"]["scripts"]["Latin"]["lone_surrogates"] == 1
+    latin = next(e for e in result.evidence if e.label == "utf8: utf8 Latin")
+    assert "\\\\ud83c" in (latin.response or "")
+    json.dumps(result.to_json(), ensure_ascii=False).encode()  # the report can be written as UTF-8
