@@ -47,7 +47,10 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Baseline]:
     res = forklift("up", "default", "--name", base.name, "--set", f"serve.port={base.port}", home=home)
     assert res.returncode == 0, res.stderr
     try:
-        forklift("check", base.name, "--quick", home=home, timeout=600)  # tools fails on SmolLM2: that is its verdict
+        # tools warns on SmolLM2 (the recipe says it cannot call tools); the first healthy check saves the golden
+        res = forklift("check", base.name, "--quick", home=home, timeout=600)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert (home / "runs" / base.name / "golden.json").is_file()
         res = forklift("bench", base.name, "-c", "4", "--input-len", "64", "--output-len", "32", "--requests", "12",
                        home=home, timeout=600)
         assert res.returncode == 0, res.stderr
@@ -70,6 +73,14 @@ def test_a_slower_candidate_is_flagged_regressed_and_the_baseline_restored(basel
                    timeout=900)
     out = _json(res)
     assert res.returncode == 1 and out["verdict"] == "regressed", out["reason"]
+    # The candidate's greedy answers were compared with the baseline's golden transcript (one setting differs:
+    # the cross-build tolerance applies) and held.
+    golden = next(m for m in out["checks"]["metrics"] if m["metric"] == "golden")
+    assert (golden["a"], golden["b"], golden["verdict"]) == ("ok", "ok", "ok")
+    candidate = json.loads((Path(out["folder"]) / "candidate-check.json").read_text())
+    summary = next(c for c in candidate["checks"] if c["id"] == "golden")["summary"]
+    assert "greedy answers identical to the golden transcript (across builds: tolerance 16 tokens; settings that " \
+           "differ (here vs golden): serve.max_num_seqs 1 vs None" in summary
     tput = next(m for m in out["bench"]["metrics"] if m["metric"] == "output_tok_s")
     assert tput["verdict"] == "regressed" and tput["high"] < -0.05
     assert out["checks"]["verdict"] == "ok" and out["mode"] == "replace" and not out["kept"]

@@ -6,6 +6,7 @@ import pytest
 
 from forklift import recipe as recipes
 from forklift.errors import RecipeError, RecipeNotFoundError
+from forklift.recipe.schema import Capabilities
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -84,6 +85,18 @@ def test_extends_bundled_by_name(tmp_path: Path) -> None:
     child = write(tmp_path, "c.yaml", "extends: default\nserve: {port: 8123}\n")
     r = recipes.load(str(child))
     assert r.model.source == "bundled:smollm2-135m-instruct" and r.serve.port == 8123
+
+
+def test_capabilities_belong_to_the_model_not_the_parent_recipe(tmp_path: Path) -> None:
+    same = recipes.load(str(write(tmp_path, "same.yaml", "extends: default\nserve: {port: 8123}\n")))
+    assert same.model.capabilities.tools is False  # still SmolLM2: what the default says of it holds
+    other = recipes.load(str(write(tmp_path, "other.yaml", "extends: default\nmodel: {source: ORG/NAME}\n")))
+    assert other.model.capabilities == Capabilities()
+    stated = recipes.load(str(write(tmp_path, "stated.yaml", "extends: default\n"
+                                    "model: {source: ORG/NAME, capabilities: {tools: false}}\n")))
+    assert stated.model.capabilities.tools is False and stated.model.capabilities.exact_answers is True
+    with pytest.raises(RecipeError, match="capabilities"):
+        recipes.load(str(write(tmp_path, "bad.yaml", "extends: default\nmodel: {capabilities: {tool: true}}\n")))
 
 
 def test_extends_cycle_detected(tmp_path: Path) -> None:

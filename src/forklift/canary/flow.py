@@ -8,12 +8,13 @@
    applies makes the candidate broken before anything is stopped.
 3. Replace (default): stop the baseline, start the candidate under the same name (same nodes, same port).
    Beside (``beside``, when the plans say both fit): start it as NAME-canary on the next port, baseline untouched.
-4. The same check tier and bench workload run against the candidate; each is compared with the baseline's.
-   Beside, with ``repeats`` > 1, the baseline and the candidate are benched alternately (A B A B ...) while both
-   run, and compare takes every run of each side. Verdict: broken (did not start, or a check that passed now
-   fails), regressed (a gated metric is worse beyond the threshold with confidence), inconclusive (the noise
-   cannot rule out a regression beyond the threshold: one start per side only decides a change beyond the prior
-   noise, see ``canary.compare``), else ok.
+4. The same check tier and bench workload run against the candidate; each is compared with the baseline's (the
+   candidate's greedy answers with the baseline's golden transcript, when the tier has ``golden``). Beside, with
+   ``repeats`` > 1, the baseline and the candidate are benched alternately (A B A B ...) while both run, and
+   compare takes every run of each side. Verdict: broken (did not start, or a check that passed now fails),
+   regressed (a gated metric is worse beyond the threshold with confidence), inconclusive (the noise cannot rule
+   out a regression beyond the threshold: one start per side only decides a change beyond the prior noise, see
+   ``canary.compare``), else ok.
 5. ok with ``keep_on_ok``: the candidate stays (its results become the run's latest). Otherwise the candidate is
    stopped and, after a replace, the baseline is started again from its recorded plan and proven to answer.
 Everything lands in ``runs/NAME/canary/STAMP/``.
@@ -191,7 +192,7 @@ def _measure(cand: RunRecord, base: Baseline, ops: Ops, opts: Options, out: Outc
 def _check_then_bench(cand: RunRecord, base: Baseline, ops: Ops, opts: Options, out: Outcome,
                       on_event: EventFn) -> None:
     on_event("check", f"{base.check.tier} tier, {len(base.check.statuses)} checks, as the baseline's")
-    report = ops.check(cand, base.check.tier, list(base.check.statuses), save=False)
+    report = ops.check(cand, base.check.tier, list(base.check.statuses), save=False, golden_from=base.record.name)
     (out.folder / "candidate-check.json").write_text(json.dumps(report, indent=2, default=str))
     out.checks = compare(base.check, from_json(report, str(out.folder / "candidate-check.json")))
     broken = [m.metric for m in out.checks.metrics if m.verdict == "regressed"]

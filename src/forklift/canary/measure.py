@@ -12,6 +12,7 @@ from forklift.bench.config import BenchConfig
 from forklift.bench.loadgen import run as run_load
 from forklift.bench.report import write as write_report
 from forklift.bench.stats import Slo
+from forklift.check import golden
 from forklift.check.result import CHECK_IDS, CheckId, Tier
 from forklift.check.runner import Options
 from forklift.check.runner import run as run_checks
@@ -35,10 +36,15 @@ def _check_ids(ids: Sequence[str] | None) -> tuple[CheckId, ...] | None:
 
 
 def run_check(record: RunRecord, tier: str = "quick", only: Sequence[str] | None = None, *,
-              save: bool = True) -> dict[str, Any]:
-    """The check report's JSON (``forklift check NAME --json``), saved with the run unless ``save`` is False."""
+              save: bool = True, golden_from: str | None = None) -> dict[str, Any]:
+    """The check report's JSON (``forklift check NAME --json``), saved with the run unless ``save`` is False.
+    ``golden_from``: compare with that run's golden transcript (the baseline's), and save none for this one."""
     chosen: Tier = "full" if tier == "full" else "quick"
-    report = run_checks(Target.from_record(record), chosen, Options(only=_check_ids(only)))
+    opts = Options(only=_check_ids(only))
+    if golden_from is not None:
+        path = golden.path_for(golden_from)
+        opts = Options(only=opts.only, golden=path if path.is_file() else None, save_golden=False)
+    report = run_checks(Target.from_record(record), chosen, opts)
     data = report.to_json()
     if save:
         runfiles.save_check(record.name, data, record.run_id)

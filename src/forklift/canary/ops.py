@@ -29,7 +29,8 @@ class Ops(Protocol):
 
     def alive(self, record: RunRecord) -> bool: ...
 
-    def check(self, record: RunRecord, tier: str, only: Sequence[str] | None, *, save: bool) -> dict[str, Any]: ...
+    def check(self, record: RunRecord, tier: str, only: Sequence[str] | None, *, save: bool,
+              golden_from: str | None = None) -> dict[str, Any]: ...
 
     def bench(self, record: RunRecord, settings: dict[str, Any], out_dir: Path | None) -> tuple[dict[str, Any], Path]:
         ...
@@ -51,8 +52,9 @@ class LiveOps:
     def alive(self, record: RunRecord) -> bool:
         return record.status in ("ready", "starting") and is_alive(record)
 
-    def check(self, record: RunRecord, tier: str, only: Sequence[str] | None, *, save: bool) -> dict[str, Any]:
-        return measure.run_check(record, tier, only, save=save)
+    def check(self, record: RunRecord, tier: str, only: Sequence[str] | None, *, save: bool,
+              golden_from: str | None = None) -> dict[str, Any]:
+        return measure.run_check(record, tier, only, save=save, golden_from=golden_from)
 
     def bench(self, record: RunRecord, settings: dict[str, Any], out_dir: Path | None) -> tuple[dict[str, Any], Path]:
         return measure.run_bench(record, settings, out_dir)

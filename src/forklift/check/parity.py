@@ -94,10 +94,10 @@ def record_transcript(s: Session) -> Transcript:
     except RequestFailed as exc:
         raise CheckError(f"cannot record a transcript: {exc.response}",
                          fix="Run `forklift check` to see what fails.") from exc
-    return Transcript(answers, s.target.describe(), _settings(s))
+    return Transcript(answers, s.target.describe(), known_settings(s))
 
 
-def _settings(s: Session) -> dict[str, Any] | None:
+def known_settings(s: Session) -> dict[str, Any] | None:
     if s.target.settings is not None:
         return s.target.settings
     return {"vllm_version": base_version(s.discovery.version)} if s.discovery.version else None
@@ -177,7 +177,7 @@ def check_parity(s: Session, reference: Transcript | Session | None) -> CheckRes
             for ev in ref_ev:
                 ev.label = f"reference: {ev.label}"
             evidence += ref_ev
-            transcript = Transcript(ref_answers, reference.target.describe(), _settings(reference))
+            transcript = Transcript(ref_answers, reference.target.describe(), known_settings(reference))
         else:
             transcript = reference
         ours, our_ev = greedy_answers(s, [a.prompt for a in transcript.answers])
@@ -187,7 +187,7 @@ def check_parity(s: Session, reference: Transcript | Session | None) -> CheckRes
         return CheckResult("parity", "fail", f"request failed: {exc.response}", evidence=evidence,
                            seconds=time.monotonic() - t0)
     status, summary, details = compare(ours, transcript)
-    diff = settings_diff(_settings(s), transcript.settings)
+    diff = settings_diff(known_settings(s), transcript.settings)
     details["settings_differ"] = diff
     details["reference"] = transcript.target
     fix = None
@@ -197,7 +197,7 @@ def check_parity(s: Session, reference: Transcript | Session | None) -> CheckRes
                 f"{k} {v[0]!r} vs {v[1]!r}" for k, v in diff.items())
             fix = ("Align the differing settings to see which one changes the output (compiled vs eager numerics "
                    "alone can flip a borderline greedy token of a small model).")
-        elif _settings(s) is None or transcript.settings is None:
+        elif known_settings(s) is None or transcript.settings is None:
             summary += "; settings of one side unknown (check run records rather than URLs to compare them)"
             fix = "Compare two run records (forklift check NAME --reference OTHER_RUN) to see which settings differ."
         else:

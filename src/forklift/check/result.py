@@ -7,12 +7,13 @@ from typing import Any, Literal
 
 from forklift.results import CheckResult
 
-CheckId = Literal["endpoint", "completion", "streaming", "reasoning", "tools", "needle", "parity", "speculative",
-                  "auth"]
+CheckId = Literal["endpoint", "completion", "streaming", "reasoning", "tools", "integrity", "needle", "parity",
+                  "golden", "speculative", "auth"]
 Tier = Literal["quick", "full"]
 
 CHECK_IDS: tuple[CheckId, ...] = (
-    "endpoint", "completion", "streaming", "reasoning", "tools", "needle", "parity", "speculative", "auth",
+    "endpoint", "completion", "streaming", "reasoning", "tools", "integrity", "needle", "parity", "golden",
+    "speculative", "auth",
 )
 
 

@@ -121,6 +121,19 @@ class Session:
             raise RequestFailed(_evidence(label, body, _error_text(exc), t0)) from exc
         return resp, _evidence(label, body, excerpt(_describe(resp)), t0)
 
+    def raw_chat(self, label: str, **kwargs: Any) -> tuple[bytes, Evidence]:
+        """A non-streamed chat completion's body as raw bytes (to see what is on the wire, invalid UTF-8
+        included); raises :class:`RequestFailed` for a transport error or a status other than 200."""
+        body = {"model": self.model, **kwargs}
+        t0 = time.monotonic()
+        try:
+            resp = self.endpoint.post("/v1/chat/completions", body)
+        except httpx.HTTPError as exc:
+            raise RequestFailed(_evidence(label, body, f"{type(exc).__name__}: {exc}", t0)) from exc
+        if resp.status_code != 200:
+            raise RequestFailed(_evidence(label, body, f"HTTP {resp.status_code}: {excerpt(resp.text)}", t0))
+        return resp.content, _evidence(label, body, excerpt(resp.content.decode("utf-8", "replace")), t0)
+
     def chat_stream(self, label: str, **kwargs: Any) -> tuple[StreamedChat, Evidence]:
         """A streamed chat completion with usage, assembled from its deltas."""
         body = {"model": self.model, "stream": True, "stream_options": {"include_usage": True}, **kwargs}

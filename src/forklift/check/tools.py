@@ -1,5 +1,9 @@
 """``tools``: named and ``required`` tool choice give schema-valid arguments; streamed deltas assemble to the
-same call; ``tool_choice: auto`` is reported as a model capability, not a verdict."""
+same call; ``tool_choice: auto`` is reported as a model capability, not a verdict.
+
+A model the recipe marks as not tool-capable (``model.capabilities.tools: false``) still gets every request: a
+request the server refuses fails the check as before, but calls that are not schema-valid are a warning that
+names the recipe's field, not a failure."""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ TOOLS: list[dict[str, Any]] = [{"type": "function", "function": {
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 MAX_TOKENS = 64
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
+NOT_CAPABLE = "the recipe marks this model as not tool-capable (model.capabilities.tools: false)"
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,7 @@ def check_tools(s: Session) -> CheckResult:
     t0 = time.monotonic()
     evidence: list[Evidence] = []
     problems: list[str] = []
+    refused: list[str] = []
     notes: list[str] = []
     base: dict[str, Any] = {"messages": MESSAGES, "tools": TOOLS, "max_tokens": MAX_TOKENS, "temperature": 0}
     named_call: Call | None = None
@@ -88,7 +94,7 @@ def check_tools(s: Session) -> CheckResult:
             resp, ev = s.chat(f"tool_choice {label}", tool_choice=choice, **base)
         except RequestFailed as exc:
             evidence.append(exc.evidence)
-            problems.append(f"{label}: request failed: {exc.response}")
+            refused.append(f"{label}: request failed: {exc.response}")
             continue
         evidence.append(ev)
         call, found = _one_call(label, calls_of(resp))
@@ -108,7 +114,7 @@ def check_tools(s: Session) -> CheckResult:
                             f"non-streamed gave {named_call.name}({named_call.arguments})")
     except RequestFailed as exc:
         evidence.append(exc.evidence)
-        problems.append(f"streamed: request failed: {exc.response}")
+        refused.append(f"streamed: request failed: {exc.response}")
     if s.target.enable_auto_tool_choice is False:
         notes.append("auto: not enabled on this deployment (serve.enable_auto_tool_choice)")
     else:
@@ -122,12 +128,23 @@ def check_tools(s: Session) -> CheckResult:
             evidence.append(exc.evidence)
             notes.append(f"auto: refused ({exc.response[:80]})")
     seconds = time.monotonic() - t0
-    details = {"auto": notes[-1] if notes else None, "tool_call_parser": s.target.tool_call_parser}
-    if problems:
-        return CheckResult("tools", "fail", "; ".join(problems + notes), evidence=evidence, seconds=seconds,
-                           details=details,
+    capable = s.target.capabilities is None or s.target.capabilities.tools
+    details = {"auto": notes[-1] if notes else None, "tool_call_parser": s.target.tool_call_parser,
+               "tool_capable": capable}
+    if refused or (problems and capable):
+        return CheckResult("tools", "fail", "; ".join(refused + problems + notes), evidence=evidence,
+                           seconds=seconds, details=details,
                            fix="The arguments must be a JSON object matching the tool's parameters schema. Check "
                                "that --tool-call-parser and the chat template suit this model; a small model may "
-                               "simply not follow tool schemas.")
-    return CheckResult("tools", "ok", "named and required tool choice give schema-valid arguments; streamed call "
-                       "matches; " + "; ".join(notes), evidence=evidence, seconds=seconds, details=details)
+                               "simply not follow tool schemas (then say so in the recipe: "
+                               "model.capabilities.tools: false).")
+    if problems:
+        return CheckResult("tools", "warn", f"{NOT_CAPABLE}; the server answered every tool request, the model's "
+                           "calls are not valid: " + "; ".join(problems + notes), evidence=evidence,
+                           seconds=seconds, details=details,
+                           fix="Serve a tool-capable model for tool calls; the recipe already says this one is not.")
+    summary = ("named and required tool choice give schema-valid arguments; streamed call matches; "
+               + "; ".join(notes))
+    if not capable:
+        summary += f" (although {NOT_CAPABLE})"
+    return CheckResult("tools", "ok", summary, evidence=evidence, seconds=seconds, details=details)

@@ -78,7 +78,7 @@ def _save_reference(target: Target, path: Path, json_out: bool) -> None:
 
 
 def _options(reference: str | None, api_key_env: str | None, only: str | None, needle_lengths: str | None,
-             needle_depths: str | None, seed: int | None) -> check.Options:
+             needle_depths: str | None, seed: int | None, new_golden: bool) -> check.Options:
     from forklift import check
 
     ref: check.Transcript | Target | None = None
@@ -87,17 +87,20 @@ def _options(reference: str | None, api_key_env: str | None, only: str | None, n
         ref = check.Transcript.load(found) if isinstance(found, Path) else found
     return check.Options(needle_lengths=_ints(needle_lengths, "--needle-lengths"),
                          needle_depths=_floats(needle_depths, "--needle-depths") or check.Options().needle_depths,
-                         reference=ref, only=_only(only), seed=seed)
+                         reference=ref, only=_only(only), seed=seed, new_golden=new_golden)
 
 
 def check_cmd(
     name: NameArg = None,
     url: Annotated[str | None, typer.Option("--url", help="Check any OpenAI-compatible server (base URL).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model name to check (default: the served one).")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="endpoint, completion, streaming, tools, auth "
-                                                        "(+ reasoning with a reasoning parser). The default.")] = False,
-    full: Annotated[bool, typer.Option("--full", help="Every check, needle and parity included.")] = False,
-    only: Annotated[str | None, typer.Option("--only", help="Just these checks, comma-separated.")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="endpoint, completion, streaming, tools, integrity's fast "
+                                                        "part, golden, auth (+ reasoning with a reasoning parser). "
+                                                        "The default.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Every check: all integrity probes, needle, parity, "
+                                                      "speculative.")] = False,
+    only: Annotated[str | None, typer.Option("--only", help="Just these checks, comma-separated, at full depth "
+                                                            "(with --quick: integrity's fast part).")] = None,
     json_out: JsonOpt = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each check's requests and responses.")
                        ] = False,
@@ -114,8 +117,12 @@ def check_cmd(
     needle_depths: Annotated[str | None, typer.Option("--needle-depths", help="Needle depths, e.g. 0.1,0.5,0.9.")
                              ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed for the needle codes.")] = None,
+    new_golden: Annotated[bool, typer.Option("--new-golden", help="Replace the run's golden transcript with this "
+                                                                  "check's greedy answers (when every check "
+                                                                  "passes).")] = False,
 ) -> None:
-    """Prove a deployment works: known answers, streaming, tool calls, long-context recall, parity, auth.
+    """Prove a deployment works: known answers, streaming, tool calls, output integrity, its golden answers,
+    long-context recall, parity, auth.
     Exits 0 when every check is ok, warn or skip, 1 when one failed, 2 when the checks could not run."""
     from forklift import check
     from forklift.cli.checks import print_checks, print_progress
@@ -126,8 +133,8 @@ def check_cmd(
     if save_reference is not None:
         _save_reference(target, save_reference, json_out)
         return
-    opts = _options(reference, api_key_env, only, needle_lengths, needle_depths, seed)
-    tier: check.Tier = "full" if full else "quick"
+    opts = _options(reference, api_key_env, only, needle_lengths, needle_depths, seed, new_golden)
+    tier: check.Tier = "full" if full or (only is not None and not quick) else "quick"
     report = check.run(target, tier, opts, on_result=None if json_out else print_progress)
     if target.run_name:  # kept with the run: a later `forklift canary` repeats and compares it
         from forklift.record import load as load_record

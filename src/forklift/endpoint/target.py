@@ -20,6 +20,7 @@ from forklift.endpoint.auth import bearer
 from forklift.errors import EndpointError
 
 if TYPE_CHECKING:
+    from forklift.recipe.schema import Capabilities
     from forklift.record import RunRecord
 
 # Recipe fields whose difference can change greedy output; check's parity names the ones that differ.
@@ -55,6 +56,8 @@ class Target:
     enable_auto_tool_choice: bool | None = None
     settings: dict[str, Any] | None = None
     """Settings that can change greedy output (record targets only), flattened: ``serve.enforce_eager: true``."""
+    capabilities: Capabilities | None = None
+    """What the recipe says the model can do (record targets only); None: unknown, every probe applies."""
     record: RunRecord | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -87,6 +90,7 @@ class Target:
             tool_call_parser=serve.tool_call_parser,
             enable_auto_tool_choice=serve.enable_auto_tool_choice,
             settings=settings_of(record.recipe.model_dump(mode="json"), record.pins.vllm_version),
+            capabilities=record.recipe.model.capabilities,
             record=record,
         )
 
@@ -102,7 +106,8 @@ class Target:
         return {"run": self.run_name, "base_url": self.base_url, "model": self.model,
                 "max_model_len": self.max_model_len, "api_key_env": self.api_key_env,
                 "reasoning_parser": self.reasoning_parser, "tool_call_parser": self.tool_call_parser,
-                "settings": self.settings}
+                "settings": self.settings,
+                "capabilities": self.capabilities.model_dump() if self.capabilities is not None else None}
 
     @property
     def where(self) -> str:

@@ -125,8 +125,19 @@ def _resolve_raw(ref: str, relative_to: Path | None, seen: list[str]) -> tuple[s
     except RecipeNotFoundError as exc:
         raise RecipeNotFoundError(f"{display}: extends: {exc.message}", source=display, fix=exc.fix) from None
     base.pop("name", None)
-    merged = deep_merge(base, data)
+    merged = deep_merge(_for_another_model(base, data), data)
     return display, merged
+
+
+def _for_another_model(base: dict[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
+    """``model.capabilities`` describe the parent's model: a recipe that names another ``model.source`` does not
+    inherit them (it states its own, over the defaults)."""
+    mine, theirs = data.get("model"), base.get("model")
+    if not (isinstance(mine, Mapping) and isinstance(theirs, Mapping)):
+        return base
+    if "source" not in mine or mine["source"] == theirs.get("source"):
+        return base
+    return {**base, "model": {k: v for k, v in theirs.items() if k != "capabilities"}}
 
 
 SET_EXAMPLES = ("Examples: --set serve.port=8001; a list: --set 'patches=[kv-scale-loader-args]' or one entry: "

@@ -62,6 +62,28 @@ def _env_names(value: dict[str, str]) -> dict[str, str]:
 EnvMap = Annotated[dict[str, str], BeforeValidator(_env_values_as_text), AfterValidator(_env_names)]
 
 
+class Capabilities(Strict):
+    """What the model itself can do, as the recipe's author knows it. ``check`` skips or warns (with this field as
+    the reason) instead of failing a probe the model is too small for; a server fault still fails."""
+
+    tools: bool = Field(
+        default=True, description="Follows a tool's JSON schema under named or required tool choice (check: tools, "
+        "and integrity's tool scenarios).",
+    )
+    exact_answers: bool = Field(
+        default=True, description="Answers small arithmetic, a few well-known facts and a JSON-mode question "
+        "exactly (check: integrity's exact-answer probes).",
+    )
+    multilingual: bool = Field(
+        default=True, description="Writes Chinese, Korean and Russian text (check: integrity's U+FFFD probes in "
+        "those scripts; Latin is always probed).",
+    )
+    long_generation: bool = Field(
+        default=True, description="Writes a long greedy text without looping (check: integrity's repetition "
+        "probe).",
+    )
+
+
 class ModelSection(Strict):
     """Which weights to serve."""
 
@@ -87,6 +109,10 @@ class ModelSection(Strict):
     config: str | None = Field(
         default=None, description="For planning: a bundled config name (`forklift plan --list-configs`) or a "
         "path to config.json, when the weights are not on this machine.",
+    )
+    capabilities: Capabilities = Field(
+        default_factory=Capabilities, description="What the model can do (default: everything `check` probes); "
+        "`check` skips or warns, naming this field, where it is false.",
     )
 
     @field_validator("source")

@@ -34,6 +34,7 @@ class FakeOps:
         self.fail_start = fail_start
         self.patches = patches
         self.calls: list[tuple[str, str]] = []
+        self.goldens: list[str | None] = []
         self.seed = 10
 
     def _is_base(self, record: RunRecord) -> bool:
@@ -57,8 +58,10 @@ class FakeOps:
     def alive(self, record: RunRecord) -> bool:
         return record.status == "ready"
 
-    def check(self, record: RunRecord, tier: str, only: Sequence[str] | None, *, save: bool) -> dict[str, Any]:
+    def check(self, record: RunRecord, tier: str, only: Sequence[str] | None, *, save: bool,
+              golden_from: str | None = None) -> dict[str, Any]:
         self.calls.append(("check", record.name))
+        self.goldens.append(golden_from)
         data = check_json(**(PASSING if self._is_base(record) else self.cand_checks))
         if only is not None:
             data["checks"] = [c for c in data["checks"] if c["id"] in only]
@@ -102,6 +105,7 @@ def _measured(ops: FakeOps, rec: RunRecord) -> None:
     ops.check(rec, "quick", None, save=True)
     ops.bench(rec, {}, None)
     ops.calls.clear()
+    ops.goldens.clear()
 
 
 def test_a_slower_candidate_regresses_and_the_baseline_comes_back(baseline: RunRecord) -> None:
@@ -111,6 +115,7 @@ def test_a_slower_candidate_regresses_and_the_baseline_comes_back(baseline: RunR
     assert out.verdict == "regressed" and "output_tok_s at c=4" in out.reason
     assert ops.calls == [("bench", "base"), ("down", "base"), ("up", "base"), ("check", "base"), ("bench", "base"),
                          ("down", "base"), ("up", "base"), ("check", "base")]
+    assert ops.goldens == ["base", None]  # the candidate's greedy answers against the baseline's golden transcript
     assert out.restored is not None and out.restored["ok"] and out.restored["checks"] == {
         "endpoint": "pass", "streaming": "pass"}
     assert out.mode == "replace" and not out.kept

@@ -32,9 +32,11 @@ def test_broken_connection_fails_the_check() -> None:
 
 def test_tiers() -> None:
     plain = Target("http://x", model="m")
-    assert check.plan(plain, "quick") == ["endpoint", "completion", "streaming", "tools", "auth"]
+    assert check.plan(plain, "quick") == ["endpoint", "completion", "streaming", "tools", "integrity", "golden",
+                                          "auth"]
     thinking = Target("http://x", model="m", reasoning_parser="glm45")
-    assert check.plan(thinking, "quick") == ["endpoint", "completion", "streaming", "reasoning", "tools", "auth"]
+    assert check.plan(thinking, "quick") == ["endpoint", "completion", "streaming", "reasoning", "tools", "integrity",
+                                             "golden", "auth"]
     assert check.plan(plain, "full") == list(check.CHECK_IDS)
     assert check.plan(plain, "full", ["needle", "endpoint"]) == ["endpoint", "needle"]
 
