@@ -202,6 +202,8 @@ def status(record: RunRecord, runners: Mapping[int, Runner] | None = None) -> St
             out.orphans[what] = leftover
             out.problems.append(f"{what}: {len(leftover)} process(es) of its group still run (pids "
                                 f"{', '.join(map(str, leftover[:8]))})")
+    out.alive_ranks.sort()
+    out.dead_ranks.sort()
     anything = any(x.pid_alive or x.group for x in live.values())
     if anything:
         with Endpoint(record.endpoint) as endpoint:
