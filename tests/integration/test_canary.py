@@ -73,7 +73,9 @@ def test_a_slower_candidate_is_flagged_regressed_and_the_baseline_restored(basel
     res = forklift("canary", baseline.name, "--set", "serve.max_num_seqs=1", "--json", home=baseline.home,
                    timeout=900)
     out = _json(res)
-    assert res.returncode == 1 and out["verdict"] == "regressed", out["reason"]
+    # One start a side: compare decides only a change beyond the start-to-start prior noise (issue 33's statistics),
+    # so on this shared host the verdict may be "inconclusive" rather than "regressed"; never ok.
+    assert res.returncode == 1 and out["verdict"] in ("regressed", "inconclusive"), out["reason"]
     # The candidate's greedy answers were compared with the baseline's golden transcript (one setting differs:
     # the cross-build tolerance applies) and held.
     golden = next(m for m in out["checks"]["metrics"] if m["metric"] == "golden")
@@ -82,10 +84,9 @@ def test_a_slower_candidate_is_flagged_regressed_and_the_baseline_restored(basel
     summary = next(c for c in candidate["checks"] if c["id"] == "golden")["summary"]
     assert "greedy answers identical to the golden transcript (across builds: tolerance 16 tokens; settings that " \
            "differ (here vs golden): serve.max_num_seqs 1 vs None" in summary
-    # One sequence at a time under 4 streams: requests queue, so TTFT grows about 4x; total tok/s moves much less
-    # on 2 cores (a batch of 4 decodes barely faster than 1). Whichever gated metric carries it, with confidence.
-    regressed = [m for m in out["bench"]["metrics"] if m["verdict"] == "regressed"]
-    assert any(m["metric"].startswith(("ttft", "output_tok_s")) for m in regressed), out["bench"]["metrics"]
+    # One sequence at a time under 4 streams: requests queue, so TTFT grows (the direction shows, whatever the verdict)
+    ttft = next(m for m in out["bench"]["metrics"] if m["metric"] == "ttft_p50_ms")
+    assert ttft["change"] is not None and ttft["change"] > 0.3, ttft
     assert out["checks"]["verdict"] == "ok" and out["mode"] == "replace" and not out["kept"]
     assert out["candidate_pins"]["recipe_hash"] != out["baseline_pins"]["recipe_hash"]
     _restored(baseline, out)
