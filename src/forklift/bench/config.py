@@ -17,18 +17,22 @@ from forklift.errors import BenchError
 from forklift.speculative import workload as spec_workload
 
 
+def _whole(part: str) -> int:
+    try:
+        return int(part)
+    except ValueError:
+        raise ValueError(f"{part!r} is not a whole number") from None
+
+
+def parse_counts(text: str) -> tuple[int, ...]:
+    """``0,4096,16384`` -> (0, 4096, 16384); ValueError names the bad part."""
+    return tuple(_whole(p.strip()) for p in text.split(","))
+
+
 def parse_levels(text: str) -> tuple[int | None, ...]:
     """``1,2,4`` -> (1, 2, 4); ``inf`` (or ``unbounded``) is a level without a cap."""
-    out: list[int | None] = []
-    for part in (p.strip() for p in text.split(",")):
-        if part in ("inf", "unbounded"):
-            out.append(None)
-            continue
-        try:
-            out.append(int(part))
-        except ValueError:
-            raise ValueError(f"{part!r} is not a whole number") from None
-    return tuple(out)
+    parts = (p.strip() for p in text.split(","))
+    return tuple(None if part in ("inf", "unbounded") else _whole(part) for part in parts)
 
 
 @dataclass(frozen=True)

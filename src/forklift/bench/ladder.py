@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forklift.bench import stats
-from forklift.bench.config import BenchConfig
+from forklift.bench.config import BenchConfig, parse_counts
 from forklift.bench.result import BenchResult, RequestRecord
 from forklift.errors import BenchError
 from forklift.version import __version__
@@ -67,17 +67,6 @@ FORMATS = {".md": "md", ".json": "json", ".csv": "csv"}
 _NOT_WITH_LADDER = {"concurrency": "--concurrency", "requests": "--requests", "rate": "--rate",
                     "duration_s": "--duration", "prompts_file": "--prompts", "workload": "--workload",
                     "slo.ttft_ms": "--slo-ttft-ms", "slo.tpot_ms": "--slo-tpot-ms", "slo.e2e_ms": "--slo-e2e-ms"}
-
-
-def parse_counts(text: str) -> tuple[int, ...]:
-    """``0,4096,16384`` -> (0, 4096, 16384); ValueError names the bad part."""
-    out: list[int] = []
-    for part in (p.strip() for p in text.split(",")):
-        try:
-            out.append(int(part))
-        except ValueError:
-            raise ValueError(f"{part!r} is not a whole number") from None
-    return tuple(out)
 
 
 @dataclass(frozen=True)
