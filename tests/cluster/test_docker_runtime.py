@@ -230,7 +230,7 @@ runtime:
   mounts: {json.dumps(mounts)}
 nodes:
   - {{host: node-a, ssh: root@10.231.0.1, data_ip: 10.231.0.1}}
-serve: {{host: 10.231.0.1, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 1}}
+serve: {{host: 10.231.0.1, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 1, enforce_eager: true}}
 network: {{gloo_socket_ifname: fl0}}
 timeouts: {{ready_s: 900}}
 patches: {json.dumps(patches)}

@@ -26,7 +26,7 @@ nodes:
   - {{host: node-a, ssh: root@10.231.0.1, data_ip: 10.231.0.1}}
   - {{host: node-b, ssh: root@10.231.0.2, data_ip: 10.231.0.2}}
 parallel: {{pp: 2}}
-serve: {{host: 10.231.0.1, port: 8000, max_model_len: 2048, cpu_kv_cache_gib: 1}}
+serve: {{host: 10.231.0.1, port: 8000, max_model_len: 2048, cpu_kv_cache_gib: 1, enforce_eager: true}}
 network: {{master_port: 29513, gloo_socket_ifname: nosuch0}}
 timeouts: {{ready_s: 900, join_s: 300}}
 """)

@@ -99,7 +99,7 @@ runtime: {runtime or f"{{kind: venv, python: {sys.executable}}}"}
 nodes:
 {chr(10).join(lines)}
 parallel: {{pp: 3}}
-serve: {{host: 10.231.0.1, port: 8000, max_model_len: 512, cpu_kv_cache_gib: 1}}
+serve: {{host: 10.231.0.1, port: 8000, max_model_len: 512, cpu_kv_cache_gib: 1, enforce_eager: true}}
 """)
     return path
 

@@ -55,7 +55,7 @@ runtime: {{kind: venv, python: {sys.executable}}}
 nodes:
 {chr(10).join(nodes)}
 parallel: {{pp: {len(nodes)}}}
-serve: {{host: 0.0.0.0, port: 8000, max_model_len: 2048, cpu_kv_cache_gib: 1}}  # the API
+serve: {{host: 0.0.0.0, port: 8000, max_model_len: 2048, cpu_kv_cache_gib: 1, enforce_eager: true}}  # the API
 network: {{master_port: {master_port}, profile: ethernet-1g{network}}}
 """)
     return path
