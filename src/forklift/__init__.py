@@ -10,6 +10,7 @@ The public API, each name loaded on first use (``import forklift`` imports nothi
     report = forklift.check(target, "quick")                         # -> CheckReport of CheckResults
     bench = forklift.bench(forklift.BenchConfig(concurrency=(1, 4)), target)   # -> BenchResult
     findings = forklift.diagnose(log_text.splitlines())              # -> [Finding], most likely cause first
+    why = forklift.diagnose_run(record, runners)                      # every rank of a run -> RunDiagnosis
 
 ``forklift.plan``, ``forklift.check`` and ``forklift.bench`` are the packages of those names, called.
 """
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from forklift.bench.config import BenchConfig
     from forklift.bench.result import BenchResult
     from forklift.check.result import Report as CheckReport
+    from forklift.cluster.diagnose import RunDiagnosis, diagnose_run
     from forklift.cluster.up import UpResult, up
     from forklift.doctor.engine import diagnose
     from forklift.doctor.model import Finding
@@ -48,6 +50,7 @@ _HOMES: dict[str, tuple[str, str | None]] = {
     "Plan": ("forklift.plan.model", "Plan"),
     "RankState": ("forklift.record.model", "RankState"),
     "Recipe": ("forklift.recipe.schema", "Recipe"),
+    "RunDiagnosis": ("forklift.cluster.diagnose", "RunDiagnosis"),
     "RunRecord": ("forklift.record.model", "RunRecord"),
     "Target": ("forklift.endpoint.target", "Target"),
     "Unplanned": ("forklift.plan.model", "Unplanned"),
@@ -55,6 +58,7 @@ _HOMES: dict[str, tuple[str, str | None]] = {
     "bench": ("forklift.bench", None),
     "check": ("forklift.check", None),
     "diagnose": ("forklift.doctor.engine", "diagnose"),
+    "diagnose_run": ("forklift.cluster.diagnose", "diagnose_run"),
     "plan": ("forklift.plan", None),
     "up": ("forklift.cluster.up", "up"),
 }
@@ -71,6 +75,7 @@ __all__ = [
     "Plan",
     "RankState",
     "Recipe",
+    "RunDiagnosis",
     "RunRecord",
     "Target",
     "Unplanned",
@@ -79,6 +84,7 @@ __all__ = [
     "bench",
     "check",
     "diagnose",
+    "diagnose_run",
     "plan",
     "up",
 ]

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import forklift
 
 PUBLIC = ["BenchConfig", "BenchResult", "CheckReport", "CheckResult", "Deployment", "Finding", "ForkliftError", "Plan",
-          "RankState", "Recipe", "RunRecord", "Target", "Unplanned", "UpResult", "__version__", "bench", "check",
-          "diagnose", "plan", "up"]
+          "RankState", "Recipe", "RunDiagnosis", "RunRecord", "Target", "Unplanned", "UpResult", "__version__", "bench",
+          "check", "diagnose", "diagnose_run", "plan", "up"]
 
 
 def test_all_is_sorted_and_names_exactly_the_public_api() -> None:
@@ -68,3 +69,30 @@ def test_a_record_and_a_result_are_the_public_types() -> None:
     assert result.status == "ok"
     assert issubclass(forklift.ForkliftError, Exception)
     assert "ranks" in forklift.RunRecord.model_fields
+
+
+def test_diagnose_run_reads_every_rank_and_the_record(tmp_path: Path) -> None:
+    """The failure is in rank 1's log only, and the record says rank 1 died: one diagnosis names it."""
+    from forklift.launch.render import render
+    from forklift.plan import for_launch
+    from forklift.recipe import resolve
+    from forklift.runner import LocalRunner
+
+    logs = [tmp_path / "rank0.log", tmp_path / "rank1.log"]
+    logs[0].write_text("INFO 11-30 10:00:00 [core.py:1] waiting for the other ranks\n")
+    logs[1].write_text("INFO 11-30 10:00:00 [worker.py:1] loading weights\n"
+                       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                       "capacity of 79.19 GiB of which 1.50 GiB is free.\n")
+    plan = for_launch(resolve("default", ["serve.port=18557"]))
+    launch = render(plan, run_id="xyz")
+    record = forklift.RunRecord(
+        name="two", run_id="xyz", plan=plan, launch=launch, endpoint=launch.endpoint, served_name=launch.served_name,
+        status="failed", error="rank 1 on localhost exited during startup (phase: loading weights)",
+        ranks=[forklift.RankState(rank=i, host="localhost", pid=None, log_path=str(p), node_index=0)
+               for i, p in enumerate(logs)])
+    why = forklift.diagnose_run(record, {0: LocalRunner()}, nodes=False)
+    assert isinstance(why, forklift.RunDiagnosis)
+    assert why.context.failed_rank == 1 and why.context.phase == "loading weights"
+    assert why.report.top is not None and "oom" in why.report.top.category
+    assert why.top_line() is not None and why.report.top.title in why.top_line()  # type: ignore[operator]
+    assert any(label.endswith("rank 1 log") for label in (s.label for s in why.sources))

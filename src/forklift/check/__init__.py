@@ -14,24 +14,29 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from forklift.check.context import CheckContext, Options
     from forklift.check.parity import Transcript, reference_from
-    from forklift.check.result import CHECK_IDS, CheckId, Report, Tier
-    from forklift.check.runner import Options, plan, run, save_reference
+    from forklift.check.registry import CheckSpec, Tier, ids
+    from forklift.check.result import CheckId, Report
+    from forklift.check.runner import plan, run, save_reference
     from forklift.endpoint import Target
 
 _HOMES = {
-    "CHECK_IDS": "result", "CheckId": "result", "Options": "runner", "Report": "result", "Tier": "result",
+    "CheckContext": "context", "CheckId": "result", "CheckSpec": "registry", "Options": "context",
+    "Report": "result", "Tier": "registry", "ids": "registry",
     "Transcript": "parity", "plan": "runner", "reference_from": "parity", "run": "runner",
     "save_reference": "runner",
 }
 
 __all__ = [
-    "CHECK_IDS",
+    "CheckContext",
     "CheckId",
+    "CheckSpec",
     "Options",
     "Report",
     "Tier",
     "Transcript",
+    "ids",
     "plan",
     "reference_from",
     "run",

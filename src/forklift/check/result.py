@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from forklift.check.registry import Tier
 from forklift.results import CheckResult
 
-CheckId = Literal["endpoint", "completion", "streaming", "reasoning", "tools", "integrity", "needle", "parity",
-                  "golden", "speculative", "auth"]
-Tier = Literal["quick", "full"]
-
-CHECK_IDS: tuple[CheckId, ...] = (
-    "endpoint", "completion", "streaming", "reasoning", "tools", "integrity", "needle", "parity", "golden",
-    "speculative", "auth",
-)
+CheckId = str
+"""A registered check's id (forklift.check.registry)."""
 
 
 def check_json(result: CheckResult) -> dict[str, Any]:
@@ -37,7 +32,7 @@ class Report:
         """No check failed (ok, warn and skip all pass)."""
         return not any(c.status == "fail" for c in self.checks)
 
-    def get(self, check_id: CheckId) -> CheckResult | None:
+    def get(self, check_id: str) -> CheckResult | None:
         return next((c for c in self.checks if c.id == check_id), None)
 
     def to_json(self) -> dict[str, Any]:

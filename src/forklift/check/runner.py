@@ -2,126 +2,56 @@
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 
 import httpx
 import openai
 
-from forklift.check import golden, needle
-from forklift.check.auth import check_auth
-from forklift.check.completion import check_completion
-from forklift.check.endpoint import check_endpoint
-from forklift.check.golden import check_golden
-from forklift.check.integrity import check_integrity
-from forklift.check.needle import check_needle
-from forklift.check.parity import Transcript, check_parity
-from forklift.check.reasoning import check_reasoning
-from forklift.check.result import CHECK_IDS, CheckId, Report, Tier
+from forklift.check import golden, needle, registry
+from forklift.check.context import CheckContext, Golden, Options
+from forklift.check.parity import Transcript
+from forklift.check.registry import Tier
+from forklift.check.result import Report
 from forklift.check.session import DEFAULT_TIMEOUT_S, Session, open_session
-from forklift.check.speculative import check_speculative
-from forklift.check.streaming import check_streaming
-from forklift.check.tools import check_tools
 from forklift.endpoint import Target
 from forklift.errors import CheckError
 from forklift.results import CheckResult
 
-QUICK: tuple[CheckId, ...] = ("endpoint", "completion", "streaming", "tools", "integrity", "golden", "auth")
-NEEDLE_TIMEOUT_S = 1800.0
+__all__ = ["Options", "plan", "run", "save_reference"]
 
 
-@dataclass(frozen=True)
-class Options:
-    """What the user chose beyond the tier."""
-
-    needle_lengths: tuple[int, ...] | None = None
-    needle_depths: tuple[float, ...] = needle.DEFAULT_DEPTHS
-    reference: Transcript | Target | None = None
-    only: tuple[CheckId, ...] | None = None
-    seed: int | None = None
-    golden: Path | None = None
-    """Compare against this golden transcript instead of the run's own (canary: the baseline's)."""
-    save_golden: bool = True
-    """Save the run's golden transcript after a healthy check when it has none (canary's candidate: no)."""
-    new_golden: bool = False
-    """Record afresh and replace the run's golden transcript when every check passes."""
-
-
-@dataclass(frozen=True)
-class _Golden:
-    """What the golden check compares against: the transcript (None: record one), where it lives, or why it
-    cannot be read."""
-
-    transcript: Transcript | None
-    where: str | None
-    error: CheckError | None = None
-
-
-def _golden_for(target: Target, opts: Options) -> _Golden:
+def _golden_for(target: Target, opts: Options) -> Golden:
     path = opts.golden or (golden.path_for(target.run_name) if target.run_name else None)
     if path is None:
-        return _Golden(None, None)
+        return Golden()
     if opts.new_golden and opts.golden is None:
-        return _Golden(None, str(path))
+        return Golden(None, str(path))
     try:
         if opts.golden is not None:
-            return _Golden(Transcript.load(path), str(path))
-        return _Golden(golden.load(target.run_name) if target.run_name else None, str(path))
+            return Golden(Transcript.load(path), str(path))
+        return Golden(golden.load(target.run_name) if target.run_name else None, str(path))
     except CheckError as exc:
-        return _Golden(None, str(path), exc)
+        return Golden(None, str(path), exc)
 
 
-def plan(target: Target, tier: Tier, only: Sequence[CheckId] | None = None) -> list[CheckId]:
-    """The checks a tier runs, in order. ``quick`` adds ``reasoning`` when a reasoning parser is configured."""
+def plan(target: Target, tier: Tier, only: Sequence[str] | None = None) -> list[str]:
+    """The checks a tier runs, in the registry's order: ``only`` (every id must be registered), else every check
+    for ``full``, else those registered for the quick tier whose condition holds (reasoning: a reasoning parser)."""
+    specs = registry.specs()
     if only:
-        return [c for c in CHECK_IDS if c in only]
-    if tier == "full":
-        return list(CHECK_IDS)
-    chosen = set(QUICK) | ({"reasoning"} if target.reasoning_parser else set())
-    return [c for c in CHECK_IDS if c in chosen]
+        for check_id in only:
+            registry.get(check_id)
+        return [s.id for s in specs if s.id in only]
+    return [s.id for s in specs if tier == "full" or s.in_quick(target)]
 
 
-def _run_one(check_id: CheckId, s: Session, opts: Options, reference: Transcript | Session | None,
-             gold: _Golden, tier: Tier) -> CheckResult:
-    if check_id == "endpoint":
-        return check_endpoint(s)
-    if check_id == "completion":
-        return check_completion(s)
-    if check_id == "streaming":
-        return check_streaming(s)
-    if check_id == "reasoning":
-        return check_reasoning(s)
-    if check_id == "tools":
-        return check_tools(s)
-    if check_id == "integrity":
-        return check_integrity(s, tier)
-    if check_id == "golden":
-        if gold.error is not None:
-            return CheckResult("golden", "fail", gold.error.message, fix=gold.error.fix)
-        return check_golden(s, gold.transcript, where=gold.where)
-    if check_id == "needle":
-        slow = Session(s.target, s.discovery, timeout_s=NEEDLE_TIMEOUT_S)
-        try:
-            return check_needle(slow, opts.needle_lengths, opts.needle_depths, random.Random(opts.seed))
-        finally:
-            slow.close()
-    if check_id == "parity":
-        return check_parity(s, reference)
-    if check_id == "speculative":
-        return check_speculative(s.endpoint, s.model, configured=(s.target.settings or {}).get("serve.speculative"),
-                                 max_model_len=s.target.max_model_len or s.discovery.max_model_len)
-    return check_auth(s)
-
-
-def _guarded(check_id: CheckId, s: Session, opts: Options, reference: Transcript | Session | None,
-             gold: _Golden | None = None, tier: Tier = "quick") -> CheckResult:
+def _guarded(check_id: str, ctx: CheckContext) -> CheckResult:
     """A check whose connection breaks mid-way fails with that error instead of aborting the suite."""
     t0 = time.monotonic()
     try:
-        return _run_one(check_id, s, opts, reference, gold or _Golden(None, None), tier)
+        return registry.get(check_id).runner()(ctx)
     except (httpx.HTTPError, openai.OpenAIError) as exc:
         return CheckResult(check_id, "fail", f"request failed: {type(exc).__name__}: {exc}",
                            seconds=time.monotonic() - t0,
@@ -129,7 +59,7 @@ def _guarded(check_id: CheckId, s: Session, opts: Options, reference: Transcript
 
 
 def run(target: Target, tier: Tier = "quick", opts: Options | None = None,
-        on_start: Callable[[CheckId], None] | None = None,
+        on_start: Callable[[str], None] | None = None,
         on_result: Callable[[CheckResult], None] | None = None) -> Report:
     """Run the tier's checks against the target. Raises CheckError or EndpointError when the target cannot be
     checked at all (unreachable, not OpenAI-compatible, key refused, bad arguments); a check that runs and fails
@@ -147,7 +77,7 @@ def run(target: Target, tier: Tier = "quick", opts: Options | None = None,
             reference = open_session(opts.reference)
         elif isinstance(opts.reference, Transcript):
             reference = opts.reference
-        gold = _golden_for(target, opts) if "golden" in ids else _Golden(None, None)
+        ctx = CheckContext(s, tier, opts, reference, _golden_for(target, opts) if "golden" in ids else Golden())
         results: list[CheckResult] = []
         served = any(m.get("id") == s.model for m in s.discovery.listing)
         for check_id in ids:
@@ -156,7 +86,7 @@ def run(target: Target, tier: Tier = "quick", opts: Options | None = None,
             if check_id != "endpoint" and not served:
                 result = CheckResult(check_id, "skip", f"skipped: model '{s.model}' is not served (see endpoint)")
             else:
-                result = _guarded(check_id, s, opts, reference, gold, tier)
+                result = _guarded(check_id, ctx)
             results.append(result)
             if on_result:
                 on_result(result)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from forklift.check import registry as _registry
 from forklift.cli.common import JsonOpt, NameArg, console, print_json
 from forklift.cli.status import load_run
 from forklift.errors import CheckError
@@ -40,17 +41,17 @@ def _floats(text: str | None, what: str) -> tuple[float, ...] | None:
         raise CheckError(f"{what}: {text!r} is not a list of numbers", fix=f"For example {what} 0.1,0.5,0.9") from exc
 
 
-def _only(text: str | None) -> tuple[check.CheckId, ...] | None:
-    from forklift.check.result import CHECK_IDS
+def _only(text: str | None) -> tuple[str, ...] | None:
+    from forklift.check import registry
 
     if text is None:
         return None
     ids = [x for x in text.replace(" ", "").split(",") if x]
-    known = {str(c): c for c in CHECK_IDS}
+    known = registry.ids()
     bad = [x for x in ids if x not in known]
     if bad:
         raise CheckError(f"--only: unknown check(s) {', '.join(bad)}", fix="Choose from " + ", ".join(known))
-    return tuple(known[x] for x in ids)
+    return tuple(ids)
 
 
 def _target(name: str | None, url: str | None, model: str | None, api_key_env: str | None,
@@ -94,11 +95,10 @@ def check_cmd(
     name: NameArg = None,
     url: Annotated[str | None, typer.Option("--url", help="Check any OpenAI-compatible server (base URL).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model name to check (default: the served one).")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="endpoint, completion, streaming, tools, integrity's fast "
-                                                        "part, golden, auth (+ reasoning with a reasoning parser). "
+    quick: Annotated[bool, typer.Option("--quick", help=f"{_registry.quick_help()}; integrity's fast part. "
                                                         "The default.")] = False,
-    full: Annotated[bool, typer.Option("--full", help="Every check: all integrity probes, needle, parity, "
-                                                      "speculative.")] = False,
+    full: Annotated[bool, typer.Option("--full", help=f"Every check: all integrity probes, "
+                                                      f"{_registry.full_only_help()}, and plugins'.")] = False,
     only: Annotated[str | None, typer.Option("--only", help="Just these checks, comma-separated, at full depth "
                                                             "(with --quick: integrity's fast part).")] = None,
     json_out: JsonOpt = False,

@@ -6,10 +6,9 @@ could not run (empty or binary input, a missing file, an unknown run).
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -23,7 +22,6 @@ from forklift.doctor import (
     diagnose_sources,
     kv_advice,
     planner_numbers,
-    scan_bytes,
     scan_stream,
     to_checks,
 )
@@ -31,8 +29,6 @@ from forklift.doctor.scan import Excerpt
 from forklift.errors import DoctorError, ForkliftError
 
 BAD_INPUT = 2
-_FAILED_RANK = re.compile(r"(?:rank|ray) (\d+) on (\S+) (?:exited|stopped)|^(\S+) stopped answering")
-_PHASE = re.compile(r"\(phase: ([^)]+)\)|during startup \((?!phase: )([^)]+)\)")
 
 
 def _checked(ex: Excerpt) -> Excerpt:
@@ -63,66 +59,28 @@ def _file_sources(inputs: list[str]) -> list[Source]:
     return out
 
 
-def _plan_facts(record: Any) -> dict[str, Any]:
-    plan = record.planned
-    if plan is None:
-        return {"plan_fits": False} if getattr(record.plan, "kind", "") == "unplanned" else {}
-    margins = [r.kv_pool_gib - r.kv_needed_gib for r in plan.ranks]
-    notes = tuple(f"plan: rank {r.rank} KV pool {r.kv_pool_gib:.2f} GiB, one max_model_len request needs "
-                  f"{r.kv_needed_gib:.2f} GiB" for r in plan.ranks)
-    return {"plan_fits": plan.fits, "kv_margin_gib": round(min(margins), 3) if margins else None, "plan_notes": notes}
-
-
-def _context(record: Any, mem: dict[str, tuple[int, int]]) -> Context:
-    from forklift.hardware.profiles import get as get_profile
-
-    recipe = record.recipe
-    error = record.error or ""
-    failed = _FAILED_RANK.search(error)
-    phase = _PHASE.search(error)
-    unified = []
-    for node in recipe.nodes:
-        try:
-            unified.append(get_profile(node.hardware).unified)
-        except ForkliftError:
-            unified.append(False)
-    applied = tuple(dict.fromkeys([p.id for p in record.pins.patches] + [str(p.get("id")) for p in record.patches
-                                                                         if isinstance(p, dict) and p.get("id")]))
-    return Context(
-        vllm_version=record.vllm_version, phase=(phase.group(1) or phase.group(2)) if phase else None,
-        status=record.status, error=record.error,
-        failed_rank=int(failed.group(1)) if failed and failed.group(1) else None,
-        failed_host=(failed.group(2) or failed.group(3)) if failed else None,
-        patches_applied=applied, patches_wanted=tuple(p.id for p in recipe.patches), backend=recipe.parallel.backend,
-        nodes=len(recipe.nodes), unified_memory=any(unified), mem_available=mem, **_plan_facts(record),
-    )
-
-
-def _run_sources(name: str) -> tuple[list[Source], Context, dict[str, list[str]]]:
+def _run_diagnosis(name: str, threshold: float | None) -> tuple[Report, list[str], dict[str, list[str]]]:
     from forklift import record as records
-    from forklift.cluster import collect as gather
+    from forklift.cluster.diagnose import diagnose_run
     from forklift.cluster.stop import record_runners
 
     record = records.load(name)
-    got = gather.collect(record, record_runners(record))
-    sources = [Source(f"{p.host} {p.label}", scan_bytes(p.text.encode("utf-8", "surrogateescape"),
-                                                         f"{p.host} {p.label}"), host=p.host)
-               for p in got.pieces if p.text.strip()]
-    if not sources:
-        raise DoctorError(f"run {name}: nothing could be read from its nodes",
-                          fix=f"Check the nodes answer over SSH (`forklift status {name}`).")
-    return sources, _context(record, got.mem_available), got.read()
+    diag = diagnose_run(record, record_runners(record), threshold=threshold)
+    return diag.report, [s.label for s in diag.sources], diag.read
 
 
-def _sources(inputs: list[str], version: str | None) -> tuple[list[Source], Context | None, dict[str, list[str]]]:
-    """The sources to read, the run's context, and (for a run) what was read on each node."""
+def _diagnose(inputs: list[str], version: str | None,
+              threshold: float | None) -> tuple[Report, list[str], dict[str, list[str]]]:
+    """The report, the labels of what was read, and (for a run) what was read on each node."""
     if not inputs:
         from forklift import record as records
 
-        return _run_sources(records.resolve_name(None))
+        return _run_diagnosis(records.resolve_name(None), threshold)
     if len(inputs) == 1 and inputs[0] != "-" and "/" not in inputs[0] and not Path(inputs[0]).exists():
-        return _run_sources(inputs[0])
-    return _file_sources(inputs), Context(vllm_version=version) if version else None, {}
+        return _run_diagnosis(inputs[0], threshold)
+    sources = _file_sources(inputs)
+    report = diagnose_sources(sources, Context(vllm_version=version) if version else None, threshold=threshold)
+    return report, [s.label for s in sources], {}
 
 
 def _attach_plan(report: Report, recipe_ref: str) -> tuple[Report, str | None]:
@@ -175,8 +133,7 @@ def doctor_cmd(
     Exit code: 1 when it names a failure (or is unsure between candidates), 0 when none, 2 on bad input.
     """
     try:
-        sources, ctx, collected = _sources(list(inputs or []), vllm_version)
-        report = diagnose_sources(sources, ctx, threshold=threshold)
+        report, labels, collected = _diagnose(list(inputs or []), vllm_version, threshold)
         planner_note = None
         if recipe:
             report, planner_note = _attach_plan(report, recipe)
@@ -188,7 +145,7 @@ def doctor_cmd(
         raise typer.Exit(BAD_INPUT) from exc
     if json_out:
         data = report.to_json()
-        data["sources"] = [s.label for s in sources]
+        data["sources"] = labels
         if collected:
             data["collected"] = collected
         data["checks"] = [c.to_json() for c in to_checks(report)]

@@ -12,9 +12,9 @@ from typing import NoReturn
 
 import httpx
 
+from forklift.cluster.diagnose import diagnose_run
 from forklift.cluster.phases import PHASE_NAMES, advance, relevant_tail, startup_hint
 from forklift.cluster.stop import stop_all
-from forklift.doctor import diagnose
 from forklift.endpoint import Endpoint
 from forklift.errors import EndpointError, EngineStartupError, ForkliftError
 from forklift.host import procs, remote
@@ -34,13 +34,13 @@ def rank_log(record: RunRecord, rank: RankState, runners: Mapping[int, Runner], 
         return []
 
 
-def diagnosis(lines: list[str], vllm_version: str | None) -> str | None:
-    """doctor's top finding for a failed start, as one line: title and fix."""
-    findings = [f for f in diagnose(lines, vllm_version=vllm_version) if f.severity != "info"]
-    if not findings:
+def diagnosis(record: RunRecord, runners: Mapping[int, Runner]) -> str | None:
+    """doctor's top finding for a failed start over every rank's log (the one diagnosis `forklift doctor RUN`
+    gives), as one line: title (category): fix. None when doctor names nothing or the logs cannot be read."""
+    try:
+        return diagnose_run(record, runners, nodes=False).top_line()
+    except ForkliftError:
         return None
-    top = findings[0]
-    return f"{top.title} ({top.category}): {top.fix}"
 
 
 def fail(record: RunRecord, rank: RankState, message: str, runners: Mapping[int, Runner]) -> NoReturn:
@@ -49,10 +49,10 @@ def fail(record: RunRecord, rank: RankState, message: str, runners: Mapping[int,
     lines = rank_log(record, rank, runners)
     tail = relevant_tail(lines)
     hint = startup_hint(tail)
-    finding = diagnosis(lines, record.vllm_version)
     record.status = "failed"
     record.error = message
     record.save()
+    finding = diagnosis(record, runners)
     stop_all(record, runners, grace_s=FAIL_GRACE_S)
     fix = f"doctor: {finding} " if finding else ""
     fix += f"Most likely key: {hint[0]} ({hint[1]}). " if hint else ""

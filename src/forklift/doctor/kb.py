@@ -1,10 +1,22 @@
-"""The knowledge base: YAML rule files shipped beside this module, validated once when first used."""
+"""The knowledge base: YAML rule files shipped beside this module, and those third-party packages add through the
+``forklift.doctor_rules`` entry point group, validated once when first used.
+
+A plugin's entry point names a folder or YAML file of rules (or a callable returning paths), for example::
+
+    [project.entry-points."forklift.doctor_rules"]
+    site_rules = "my_rules:RULES_DIR"      # a pathlib.Path to a folder of *.yaml rule files
+
+Plugin rules use the categories of categories.yaml and may not reuse a bundled rule's id.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
+from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -53,8 +65,43 @@ def _bundled() -> tuple[Rule, ...]:
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".yaml"):
             rules.extend(_parse(f"rules/{entry.name}", entry.read_text(encoding="utf-8")))
+    for name, path in _plugin_files():
+        rules.extend(_parse(f"{name}: {path}", path.read_text(encoding="utf-8")))
     _check_unique(rules)
     return tuple(rules)
+
+
+PLUGIN_GROUP = "forklift.doctor_rules"
+
+
+def _yaml_files(where: Path) -> list[Path]:
+    return sorted(where.glob("*.yaml")) if where.is_dir() else [where]
+
+
+def _plugin_files() -> list[tuple[str, Path]]:
+    """Rule files from every ``forklift.doctor_rules`` entry point, in entry point order."""
+    out: list[tuple[str, Path]] = []
+    for ep in entry_points(group=PLUGIN_GROUP):
+        try:
+            obj: Any = ep.load()
+            found = obj() if callable(obj) else obj
+            paths = [Path(found)] if isinstance(found, str | Path) else [Path(p) for p in _iterable(found)]
+        except Exception as exc:  # a broken plugin is named, never a traceback
+            raise DoctorError(f"doctor rule plugin {ep.name!r} ({ep.value}) failed to load: "
+                              f"{type(exc).__name__}: {exc}",
+                              fix=f"Fix or uninstall the package that provides {ep.value}.") from exc
+        for path in paths:
+            if not path.exists():
+                raise DoctorError(f"doctor rule plugin {ep.name!r} names {path}, which does not exist",
+                                  fix=f"Fix or uninstall the package that provides {ep.value}.")
+            out.extend((f"plugin {ep.name}", f) for f in _yaml_files(path))
+    return out
+
+
+def _iterable(found: Any) -> Iterable[Any]:
+    if not isinstance(found, Iterable):
+        raise TypeError(f"expected a path or a list of paths, got {type(found).__name__}")
+    return found
 
 
 @lru_cache(maxsize=1)

@@ -8,42 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Category = Literal[
-    "kv_cache_insufficient",
-    "startup_free_memory_check",
-    "oom_host_unified_memory",
-    "oom_weights_load",
-    "oom_gpu_runtime",
-    "page_cache_pressure",
-    "ray_actor_or_session",
-    "ray_worker_died",
-    "ray_health_timeout",
-    "nccl_hang_or_timeout",
-    "nccl_network_config",
-    "rdma_ib_error",
-    "distributed_init_timeout",
-    "shm_broadcast_rpc_timeout",
-    "weight_loader_signature_drift",
-    "patch_drift",
-    "unsupported_quantization_or_arch",
-    "attention_backend_unsupported",
-    "triton_shared_memory",
-    "compile_failure",
-    "cuda_graph_capture_failure",
-    "cuda_driver_or_device",
-    "parallel_layout_invalid",
-    "tokenizer_or_chat_template",
-    "tool_parser_or_reasoning_parser",
-    "speculative_decoding_incompatible",
-    "port_in_use_or_bind",
-    "model_path_missing_on_worker",
-    "hf_download_or_auth",
-    "version_mismatch",
-    "engine_args_invalid",
-    "engine_install",
-    "container_runtime",
-    "reasoning_budget",
-]
+Category = str
+"""A doctor category: a key of categories.yaml, the one list of them (Rule validates against it)."""
 Severity = Literal["error", "warning", "info"]
 SEVERITY_RANK: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
 Layer = Literal["rule", "model", "context"]
@@ -106,6 +72,20 @@ class Rule(_Strict):
     generic: bool = Field(default=False, description=(
         "A wrapper or symptom line: any specific rule that matches explains it better."))
     advice: Literal["kv_cache"] | None = None
+
+    @field_validator("category")
+    @classmethod
+    def _known_category(cls, value: str) -> str:
+        from forklift.doctor.kb import load_categories  # categories.yaml is the list; rules are checked against it
+
+        known = load_categories()
+        if value not in known:
+            from difflib import get_close_matches
+
+            near = get_close_matches(value, list(known), n=1)
+            raise ValueError(f"unknown category {value!r}" + (f"; did you mean {near[0]!r}?" if near else "")
+                             + " (categories.yaml lists them)")
+        return value
 
     @field_validator("versions")
     @classmethod

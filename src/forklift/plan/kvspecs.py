@@ -11,11 +11,12 @@ kv-and-arch-spec.md sections 2, 3 and 5.4.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from forklift.errors import PlanError
-from forklift.model.spec import ModelSpec, StateSpec
+from forklift.model.spec import LayerSpec, ModelSpec, StateSpec
 from forklift.plan import rules
 from forklift.plan.kvcache import KvConfig, LayerKv
 
@@ -136,23 +137,86 @@ def mla_bytes(spec: ModelSpec, x: KvInputs) -> int:
     return mla_latent_bytes(x.kv_dtype, spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim, x.model_dtype_bytes)
 
 
+def _gdn_state(st: StateSpec, x: KvInputs, vr: rules.VersionRules) -> tuple[int, int]:
+    """Gated DeltaNet: conv over q, k, v; recurrent state heads x head_dim x key_dim."""
+    t = x.tp
+    conv = (st.conv_kernel - 1 + x.num_spec) * ((2 * st.key_heads * st.key_dim + st.heads * st.head_dim) // t)
+    return conv, (st.heads // t) * st.head_dim * st.key_dim
+
+
+def _mamba2_state(st: StateSpec, x: KvInputs, vr: rules.VersionRules) -> tuple[int, int]:
+    """Mamba2: groups padded to a multiple of TP; recurrent state heads x head_dim x state_size."""
+    t = x.tp
+    groups = st.groups if st.groups % t == 0 else st.groups + (t - st.groups)
+    conv = (st.conv_kernel - 1 + x.num_spec) * ((st.heads * st.head_dim + 2 * groups * st.state_size) // t)
+    return conv, (st.heads // t) * st.head_dim * st.state_size
+
+
+def _kda_state(st: StateSpec, x: KvInputs, vr: rules.VersionRules) -> tuple[int, int]:
+    """KDA: 0.26 ignores the speculative tokens in the conv length; recurrent state fp32 (hard-coded)."""
+    length = st.conv_kernel - 1 + (x.num_spec if vr.align_prefill_checkpoint else 0)
+    return length * (3 * st.heads * st.head_dim // x.tp), (st.heads // x.tp) * st.head_dim * st.head_dim
+
+
+STATE_KINDS: dict[str, Callable[[StateSpec, KvInputs, rules.VersionRules], tuple[int, int]]] = {
+    "gdn": _gdn_state, "mamba2": _mamba2_state, "kda": _kda_state,
+}
+"""Per linear-attention state kind: (conv elements, recurrent state elements) per layer on one worker."""
+
+
 def state_bytes(st: StateSpec, x: KvInputs, vr: rules.VersionRules) -> int:
     """MambaSpec.page_size_bytes (unpadded): conv state in the model dtype plus the recurrent state."""
-    t, s = x.tp, x.num_spec
-    conv_b = x.model_dtype_bytes
-    ssm_b = _BYTES.get(st.ssm_dtype or "", conv_b)
-    if st.kind == "gdn":
-        conv = (st.conv_kernel - 1 + s) * ((2 * st.key_heads * st.key_dim + st.heads * st.head_dim) // t)
-        ssm = (st.heads // t) * st.head_dim * st.key_dim
-    elif st.kind == "mamba2":
-        groups = st.groups if st.groups % t == 0 else st.groups + (t - st.groups)
-        conv = (st.conv_kernel - 1 + s) * ((st.heads * st.head_dim + 2 * groups * st.state_size) // t)
-        ssm = (st.heads // t) * st.head_dim * st.state_size
-    else:  # kda: 0.26 ignores the speculative tokens in the conv length; recurrent state fp32 (hard-coded)
-        length = st.conv_kernel - 1 + (s if vr.align_prefill_checkpoint else 0)
-        conv = length * (3 * st.heads * st.head_dim // t)
-        ssm = (st.heads // t) * st.head_dim * st.head_dim
-    return conv * conv_b + ssm * ssm_b
+    shape = STATE_KINDS.get(st.kind)
+    if shape is None:
+        raise PlanError(f"linear-attention state {st.kind!r} has no cache shape in the planner",
+                        fix="Plan a supported family (" + ", ".join(STATE_KINDS) + ") or calibrate from one "
+                        "startup log (`forklift plan RECIPE --calibrate LOG`).")
+    conv, ssm = shape(st, x, vr)
+    return conv * x.model_dtype_bytes + ssm * _BYTES.get(st.ssm_dtype or "", x.model_dtype_bytes)
+
+
+@dataclass(frozen=True)
+class _LayerInputs:
+    spec: ModelSpec
+    x: KvInputs
+    vr: rules.VersionRules
+    gqa: int
+    """GQA bytes per token per layer on one worker (0 on an MLA model)."""
+    indexer_bytes: int
+
+
+def _mamba_layer(layer: LayerSpec, a: _LayerInputs) -> list[LayerKv]:
+    assert a.spec.state is not None
+    return [LayerKv("mamba", state=state_bytes(a.spec.state, a.x, a.vr))]
+
+
+def _mla_layer(layer: LayerSpec, a: _LayerInputs) -> list[LayerKv]:
+    latent = [LayerKv("mla", per_token=mla_bytes(a.spec, a.x))]
+    return latent + ([LayerKv("mla", per_token=a.indexer_bytes)] if layer.indexer else [])
+
+
+def _sliding_layer(layer: LayerSpec, a: _LayerInputs) -> list[LayerKv]:
+    return [LayerKv("sliding", per_token=a.gqa, window=a.spec.sliding_window)]
+
+
+def _full_layer(layer: LayerSpec, a: _LayerInputs) -> list[LayerKv]:
+    return [LayerKv("full", per_token=a.gqa)]
+
+
+LAYER_KINDS: tuple[tuple[str, Callable[[LayerSpec, ModelSpec], bool],
+                         Callable[[LayerSpec, _LayerInputs], list[LayerKv]]], ...] = (
+    ("mamba", lambda layer, spec: layer.has_state and spec.state is not None, _mamba_layer),
+    ("mla", lambda layer, spec: layer.has_kv and spec.mla is not None, _mla_layer),
+    ("sliding", lambda layer, spec: layer.mixer == "sliding", _sliding_layer),
+    ("full", lambda layer, spec: layer.has_kv, _full_layer),
+)
+"""A layer's cache kind (the first whose test holds) and the cache specs it allocates; a layer that none
+matches (an MoE-only or attention-free layer) holds no cache."""
+
+
+def _layer_kv(layer: LayerSpec, a: _LayerInputs) -> list[LayerKv]:
+    build = next((b for _, test, b in LAYER_KINDS if test(layer, a.spec)), None)
+    return build(layer, a) if build is not None else []
 
 
 def layer_specs(spec: ModelSpec, start: int, end: int, last: bool, x: KvInputs,
@@ -167,24 +231,13 @@ def layer_specs(spec: ModelSpec, start: int, end: int, last: bool, x: KvInputs,
                         fix="Plan with another serve.kv_cache_dtype, or calibrate from one startup log "
                         "(`forklift plan RECIPE --calibrate LOG`).")
     gqa = gqa_token_bytes(x.kv_dtype, heads, spec.head_dim, x.model_dtype_bytes) if spec.mla is None else 0
-    out: list[LayerKv] = []
-    indexer_bytes = int(rules.data()["indexer_bytes_per_token"])
-    for layer in spec.layers[start:end]:
-        if layer.has_state and spec.state is not None:
-            out.append(LayerKv("mamba", state=state_bytes(spec.state, x, vr)))
-        elif layer.has_kv and spec.mla is not None:
-            out.append(LayerKv("mla", per_token=mla_bytes(spec, x)))
-            if layer.indexer:
-                out.append(LayerKv("mla", per_token=indexer_bytes))
-        elif layer.mixer == "sliding":
-            out.append(LayerKv("sliding", per_token=gqa, window=spec.sliding_window))
-        elif layer.has_kv:
-            out.append(LayerKv("full", per_token=gqa))
+    a = _LayerInputs(spec, x, vr, gqa, int(rules.data()["indexer_bytes_per_token"]))
+    out = [kv for layer in spec.layers[start:end] for kv in _layer_kv(layer, a)]
     if last and x.include_mtp:
         for _ in range(spec.mtp_layers):
             out.append(LayerKv("mla", per_token=mla_bytes(spec, x)) if spec.mla else LayerKv("full", per_token=gqa))
             if spec.indexer is not None:
-                out.append(LayerKv("mla", per_token=indexer_bytes))
+                out.append(LayerKv("mla", per_token=a.indexer_bytes))
     return out
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from forklift import check
 from forklift.check import golden, parity
-from forklift.check.runner import Options
+from forklift.check.context import Options
 from forklift.endpoint import Target
 from forklift.results import CheckResult
 from tests.fake_openai import FakeOpenAI, Reply, last_user
@@ -31,7 +31,7 @@ def answers(changed: dict[str, str] | None = None) -> Callable[[dict[str, Any]],
 
 
 def _golden(responder: Callable[[dict[str, Any]], Reply], settings: dict[str, Any] | None = None,
-            only: tuple[check.CheckId, ...] = ("golden",), **opts: Any) -> CheckResult:
+            only: tuple[str, ...] = ("golden",), **opts: Any) -> CheckResult:
     with FakeOpenAI(responder) as fake:
         target = Target(fake.url, run_name="demo", settings=settings or SETTINGS)
         report = check.run(target, "quick", Options(only=only, **opts))

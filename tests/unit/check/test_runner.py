@@ -5,8 +5,9 @@ from __future__ import annotations
 import socket
 
 from forklift import check
+from forklift.check.context import CheckContext
 from forklift.check.result import Report
-from forklift.check.runner import Options, _guarded
+from forklift.check.runner import _guarded
 from forklift.check.session import Session
 from forklift.endpoint import Discovery, Target
 from forklift.results import CheckResult
@@ -23,7 +24,7 @@ def test_broken_connection_fails_the_check() -> None:
     s = Session(target, Discovery(listing=[{"id": "m"}], model="m", max_model_len=None, version=None), timeout_s=5)
     try:
         for check_id in ("endpoint", "completion"):
-            result = _guarded(check_id, s, Options(), None)
+            result = _guarded(check_id, CheckContext(s))
             assert result.status == "fail"
             assert result.summary.startswith("request failed") or "Connect" in result.summary
     finally:
@@ -37,7 +38,7 @@ def test_tiers() -> None:
     thinking = Target("http://x", model="m", reasoning_parser="glm45")
     assert check.plan(thinking, "quick") == ["endpoint", "completion", "streaming", "reasoning", "tools", "integrity",
                                              "golden", "auth"]
-    assert check.plan(plain, "full") == list(check.CHECK_IDS)
+    assert check.plan(plain, "full") == list(check.ids())
     assert check.plan(plain, "full", ["needle", "endpoint"]) == ["endpoint", "needle"]
 
 

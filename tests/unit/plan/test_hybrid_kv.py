@@ -114,3 +114,16 @@ def test_pp_startup_check_per_release(tmp_path: Path, version: str, rule: str) -
         assert not plan.fits and plan.error is not None and f"{2 * per_stage:.2f}" in plan.error
     else:
         assert plan.fits
+
+
+def test_a_state_kind_without_a_cache_shape_is_refused_naming_the_known_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cache kinds dispatch through kvspecs' tables: a kind missing from STATE_KINDS is a PlanError, not a guess."""
+    from forklift.errors import PlanError
+    from forklift.plan import kvspecs
+
+    spec = from_config(_cfg("qwen3.5-27b.json"))
+    assert spec.state is not None and spec.state.kind in kvspecs.STATE_KINDS
+    monkeypatch.delitem(kvspecs.STATE_KINDS, spec.state.kind)
+    with pytest.raises(PlanError) as err:
+        _layout(spec)
+    assert repr(spec.state.kind) in err.value.message and "mamba2" in (err.value.fix or "")
