@@ -483,7 +483,9 @@ def verdict(ctx: Context, ranks: list[RankPlan], layouts: list[KvLayout], pools:
     if check is not None and check.requested > check.high + 1e-9:
         return "does not fit", margin, band, "the startup free-memory check"
     if check is not None and check.requested > check.low + 1e-9 and result != "does not fit":
-        result, reason = "too close to call", "the startup free-memory check"
+        reason = f"{reason} and the startup free-memory check" if result == "too close to call" \
+            else "the startup free-memory check"
+        result = "too close to call"
     return result, margin, band, reason
 
 

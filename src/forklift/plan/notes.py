@@ -97,7 +97,7 @@ def _unified_notes(core: Core) -> list[str]:
     if core.verdict == "too close to call":
         margin = ("" if core.margin_gib is None or core.band_gib is None
                   else f" (KV margin {core.margin_gib:+.2f} GiB, band ±{core.band_gib:.2f})")
-        notes.append(f"too close to call: {core.verdict_reason} decides{margin}; `forklift probe "
+        notes.append(f"too close to call on {core.verdict_reason}{margin}; `forklift probe "
                      f"{ctx.deployment.recipe.name or 'RECIPE'}` measures these terms on the nodes and settles it")
     return notes
 
