@@ -91,7 +91,7 @@ def test_apply_check_revert_round_trip(root: Path, gb10: node.NodeProfile) -> No
     assert not result.plan.live and result.done
 
     conf = (root / "etc/sysctl.d/99-forklift-node.conf").read_text()
-    assert "vm.swappiness = 100" in conf and "vm.min_free_kbytes = 2097152" in conf
+    assert "vm.swappiness = 100" in conf and "vm.min_free_kbytes = 262144" in conf
     swapfile = root / "swapfile-forklift"
     assert swapfile.stat().st_size == 64 << 20 and stat.S_IMODE(swapfile.stat().st_mode) == 0o600
     assert subprocess.run(["swaplabel", str(swapfile)], capture_output=True).returncode == 0  # mkswap ran

@@ -56,6 +56,8 @@ def render(p: planner.Plan) -> None:
     if p.model_files is not None:
         render_files(p.model_files)
     verdict = "[green]fits[/]" if p.fits else "[red]does not fit[/]"
+    if p.verdict == "too close to call":  # unified memory: inside the spread of the terms (the notes say which)
+        verdict = f"[yellow]too close to call[/] ({'fits' if p.fits else 'does not fit'} on the planned terms)"
     console.print(f"{verdict}: {p.kv_tokens:,} KV tokens, max_model_len {p.max_model_len:,} "
                   f"(largest that fits {p.largest_max_model_len:,}), max concurrency {p.max_concurrency:.2f}x")
     rf = p.roofline

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from forklift.errors import ForkliftError, PlanError
 from forklift.plan import layout
 from forklift.plan import memory as mem
-from forklift.plan.core import GIB, Core, context, core, max_len_error
+from forklift.plan.core import GIB, Core, context, core, free_check, max_len_error
 from forklift.plan.model import Advice
 from forklift.recipe.deployment import Deployment
 
@@ -54,9 +54,9 @@ def _candidates(c: Core) -> list[tuple[str, list[str]]]:
                     ["serve.max_num_batched_tokens=" + str(min(st.mnbt, 8192)), "serve.max_num_seqs=8"]))
     if st.platform == "cuda" and st.util is not None:
         ceiling = 0.95
-        for p in c.ctx.profiles:
-            if p.unified and p.available_gib:
-                ceiling = min(ceiling, int(p.available_gib / p.memory_gib * 100) / 100)
+        check = free_check(c.ctx, c.ranks)
+        if check is not None and any(p.unified for p in c.ctx.profiles):
+            ceiling = min(ceiling, int(check.typical / check.total * 100) / 100)
         if ceiling > st.util + 0.005:
             out.append((f"gpu_memory_utilization {st.util} -> {ceiling} (the most the startup check allows)",
                         [f"serve.gpu_memory_utilization={ceiling}"]))

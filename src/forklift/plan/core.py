@@ -16,7 +16,7 @@ from forklift.hardware.profiles import get as get_profile
 from forklift.model.load import SpecSource
 from forklift.model.quant import loaded_scheme, online_scheme
 from forklift.model.spec import ModelSpec
-from forklift.plan import calibrate, kvspecs, layout, rules, terms
+from forklift.plan import calibrate, gb10, kvspecs, layout, rules, terms
 from forklift.plan import memory as mem
 from forklift.plan.kvcache import KvLayout, LayerKv, largest_fitting_len
 from forklift.plan.kvcache import layout as kv_layout
@@ -101,6 +101,11 @@ class Core:
     error: str | None
     table: mem.WeightTable
     calibration: calibrate.Calibration | None
+    verdict: str = "fits"
+    """fits | does not fit | too close to call (gb10.verdict: decided only outside the terms' spread)."""
+    margin_gib: float | None = None
+    band_gib: float | None = None
+    verdict_reason: str = ""
 
     @property
     def fits(self) -> bool:
@@ -248,7 +253,19 @@ def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stor
     cg, graphs = terms.cudagraph_estimate(spec, ctx.vr, b) if graphs_on else (0.0, (0, 0))
     nodes = len(ctx.deployment.nodes)
     non_torch = terms.non_torch(st.tp, st.pp, nodes) + terms.profile_host(spec, b)
+    if b.unified:
+        g = gb10.terms_for(ctx.vr.version)
+        cg += g.cudagraph_excess_gib * GIB if graphs_on else 0.0  # the estimator reads MemFree there (gb10.py)
+        non_torch += unified_watermarks(ctx).page_cache * GIB  # the page cache a raised low watermark keeps out
     return Terms(weights, act, non_torch, cg, graphs_on and ctx.vr.subtracts_cudagraphs(st.runner), graphs)
+
+
+def unified_watermarks(ctx: Context) -> gb10.WatermarkCost:
+    """What the bundled node profile forklift applies to these nodes (`forklift node apply`) costs in MemAvailable:
+    the largest over the recipe's unified nodes (gb10.watermark_cost)."""
+    costs = [gb10.watermark_cost(gb10.node_profile_sysctl(p.node_profile)) for p in ctx.profiles
+             if p.unified and p.node_profile]
+    return max(costs, key=lambda c: c.reserve + c.page_cache, default=gb10.WatermarkCost(0.0, 0.0, 0.0))
 
 
 def requested_bytes(ctx: Context, rank: int) -> float:
@@ -369,10 +386,12 @@ def core(ctx: Context, *, use_calibration: bool = True) -> Core:
     n_blocks = min(r.num_blocks for r in ranks)
     upper = max(st.max_model_len, spec.derived_max_len or spec.max_position_embeddings)
     largest = _largest_len(ctx, layouts, pools, upper)
+    error = startup_error(ctx, ranks, layouts, pools, largest)
+    decided, margin, band, reason = verdict(ctx, ranks, layouts, pools, error)
     return Core(ctx=ctx, ranks=ranks, layouts=layouts, pools=pools, num_blocks=n_blocks,
                 kv_tokens=layouts[0].tokens(n_blocks), max_conc=layouts[0].concurrency(n_blocks),
-                largest_len=largest, error=startup_error(ctx, ranks, layouts, pools, largest), table=table,
-                calibration=cal)
+                largest_len=largest, error=error, table=table, calibration=cal, verdict=decided, margin_gib=margin,
+                band_gib=band, verdict_reason=reason)
 
 
 def _largest_len(ctx: Context, layouts: list[KvLayout], pools: list[int], upper: int) -> int:
@@ -394,19 +413,80 @@ class _GlobalLayout:
         return sum(lay.needed_bytes(length) for lay in self.stages)
 
 
-def _free_memory_error(ctx: Context, ranks: list[RankPlan]) -> str | None:
+@dataclass(frozen=True)
+class FreeCheck:
+    """vLLM's startup check on the tightest rank: ceil(total x utilization) against the free reading at the init
+    snapshot, GiB. ``low`` = ``high`` where the reading is known (a discrete GPU, a measured unified node); on an
+    unmeasured unified node the range clean GB10 nodes read (gb10.yaml free_at_init_gib) less the node profile's
+    watermark reserve."""
+
+    host: str
+    total: float
+    requested: float
+    low: float
+    high: float
+    measured: bool
+    typical: float
+    """The median clean reading (unmeasured) or the reading itself: what a utilization ceiling is sized from."""
+
+
+def free_check(ctx: Context, ranks: list[RankPlan]) -> FreeCheck | None:
     st = ctx.st
+    if st.platform != "cuda":
+        return None
+    out: list[FreeCheck] = []
     for rank in ranks:
         prof = ctx.profile_of(rank.rank)
-        if prof.unified and prof.available_gib:
-            free = prof.available_gib  # MemAvailable at launch (measured by `forklift hw --node`, else assumed)
-        else:
-            free = prof.memory_gib - terms.pre_snapshot(st.tp, st.pp) / GIB
-        if rank.requested_gib > free + 1e-9:
-            return (f"Free memory on device {rank.host} ({free:.2f}/{prof.memory_gib:.2f} GiB) on startup is less "
-                    f"than desired GPU memory utilization ({st.util}, {rank.requested_gib:.2f} GiB). "
-                    "Decrease GPU memory utilization or reduce GPU memory used by other processes.")
-    return None
+        measured = ctx.deployment.facts.get(rank.host)
+        if prof.unified:
+            g = gb10.terms_for(ctx.vr.version)
+            if measured is not None and measured.mem_available_gib:
+                free = measured.mem_available_gib - g.pre_snapshot_gib  # MemAvailable less what precedes the read
+                out.append(FreeCheck(rank.host, prof.memory_gib, rank.requested_gib, free, free, True, free))
+                continue
+            reserve = unified_watermarks(ctx).reserve
+            out.append(FreeCheck(rank.host, prof.memory_gib, rank.requested_gib, g.free_at_init.low - reserve,
+                                 g.free_at_init.high - reserve, False, g.free_at_init.median - reserve))
+            continue
+        free = prof.memory_gib - terms.pre_snapshot(st.tp, st.pp) / GIB
+        out.append(FreeCheck(rank.host, prof.memory_gib, rank.requested_gib, free, free, True, free))
+    return min(out, key=lambda c: c.low - c.requested, default=None)
+
+
+def _free_memory_error(ctx: Context, ranks: list[RankPlan]) -> str | None:
+    check = free_check(ctx, ranks)
+    if check is None or check.requested <= check.high + 1e-9:
+        return None
+    shown = f"{check.high:.2f}" if check.measured else f"at most {check.high:.2f}"
+    return (f"Free memory on device {check.host} ({shown}/{check.total:.2f} GiB) on startup is less "
+            f"than desired GPU memory utilization ({ctx.st.util}, {check.requested:.2f} GiB). "
+            "Decrease GPU memory utilization or reduce GPU memory used by other processes.")
+
+
+def verdict(ctx: Context, ranks: list[RankPlan], layouts: list[KvLayout], pools: list[int],
+            error: str | None) -> tuple[str, float | None, float | None, str]:
+    """(verdict, KV margin GiB, band GiB, what decides it). Decided outside the spread of the unified-memory terms
+    only (gb10.verdict); elsewhere vLLM's error alone decides."""
+    st = ctx.st
+    if st.platform != "cuda" or not any(p.unified for p in ctx.profiles):
+        return ("fits" if error is None else "does not fit"), None, None, ""
+    if error is not None and error.startswith(("User-specified max_model_len", "max_num_seqs")):
+        return "does not fit", None, None, "vLLM's configuration check"
+    g = gb10.terms_for(ctx.vr.version)
+    margin = min((pool - lay.needed_bytes()) / GIB for pool, lay in zip(pools, layouts, strict=True))
+    band = g.pool_band_gib
+    result, reason = gb10.verdict(margin, band), "the KV pool"
+    graphs_subtracted = not st.eager and ctx.vr.subtracts_cudagraphs(st.runner)
+    if graphs_subtracted and ctx.deployment.recipe.serve.speculative is not None and result != "does not fit":
+        result, reason = "too close to call", "the CUDA-graph estimate with speculative decoding on unified memory"
+    check = free_check(ctx, ranks)
+    if check is not None and check.requested > check.high + 1e-9:
+        return "does not fit", margin, band, "the startup free-memory check"
+    if check is not None and check.requested > check.low + 1e-9 and result != "does not fit":
+        reason = f"{reason} and the startup free-memory check" if result == "too close to call" \
+            else "the startup free-memory check"
+        result = "too close to call"
+    return result, margin, band, reason
 
 
 def allow_long(deployment: Deployment) -> bool:

@@ -124,6 +124,13 @@ class Plan(_Frozen):
     error: str | None
     kv_tokens: int
     num_blocks: int
+    verdict: Literal["fits", "does not fit", "too close to call"] = "fits"
+    """``fits`` says whether vLLM's arithmetic on the planned terms starts; ``verdict`` whether the plan can say so
+    given the spread of the terms it has not verified for this hardware (unified memory so far): "too close to
+    call" names ``forklift probe`` in the notes."""
+    verdict_margin_gib: float | None = None
+    """The tightest rank's KV pool less one max_model_len request, GiB (unified memory)."""
+    verdict_band_gib: float | None = None
     block_size: int
     max_model_len: int
     largest_max_model_len: int

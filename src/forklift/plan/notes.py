@@ -5,8 +5,8 @@ from __future__ import annotations
 from forklift import speculative
 from forklift.model.spec import ModelSpec
 from forklift.model.vision import tower_param_count
-from forklift.plan import kvspecs, rules
-from forklift.plan.core import GIB, Core, above_model_len, allow_long, draft_cost
+from forklift.plan import gb10, kvspecs, rules
+from forklift.plan.core import GIB, Core, above_model_len, allow_long, draft_cost, free_check, unified_watermarks
 from forklift.recipe import exposure
 from forklift.recipe.exposure import open_without_key
 from forklift.recipe.schema import Recipe
@@ -68,35 +68,48 @@ def _platform_notes(core: Core) -> list[str]:
 
 def _unified_notes(core: Core) -> list[str]:
     ctx = core.ctx
+    if ctx.st.platform != "cuda" or not any(p.unified for p in ctx.profiles):
+        return []
+    g = gb10.terms_for(ctx.vr.version)
     notes = []
     for node, prof in zip(ctx.deployment.nodes, ctx.profiles, strict=True):
-        if not prof.unified or prof.kind != "cuda":
+        if not prof.unified:
             continue
         measured = ctx.deployment.facts.get(node.host)
         if measured is not None and measured.mem_available_gib:
             notes.append(f"unified memory on {node.host}: {measured.mem_available_gib:.2f} GiB free when measured "
-                         f"({measured.source}); vLLM's startup request (utilization x total) must fit in it")
+                         f"({measured.source}, MemAvailable); vLLM's startup check reads it {g.pre_snapshot_gib:.2f} "
+                         "GiB lower (the CUDA context and communicators come first)")
         else:
-            notes.append(f"unified memory on {node.host}: ASSUMES {prof.available_gib} GiB free at launch (profile "
-                         f"{prof.name}); vLLM compares MemAvailable with utilization x total at startup; "
-                         f"`forklift hw --node {node.host}` measures it")
-    if notes:
-        notes.append(_unified_terms_note())
+            check = free_check(ctx, core.ranks)
+            assert check is not None
+            notes.append(f"unified memory on {node.host}: ASSUMES vLLM's startup check reads {check.low:.2f}-"
+                         f"{check.high:.2f} GiB free (MemAvailable at its init snapshot on clean GB10 nodes in public "
+                         f"startup logs, after this node profile's watermark reserve) against "
+                         f"{check.requested:.2f} GiB requested; `forklift hw --node {node.host}` measures it")
+    cost = unified_watermarks(ctx)
+    if cost.reserve or cost.page_cache:
+        notes.append(f"unified memory: the node profile's vm.min_free_kbytes / watermarks hold {cost.reserve:.2f} "
+                     f"GiB more out of MemAvailable than the kernel defaults (startup check) and keep "
+                     f"{cost.page_cache:.2f} GiB more page cache out of it once the weights are read (counted as "
+                     f"non-torch memory); a fragmentation event can boost that by up to {cost.boost:.2f} GiB")
+    notes.append(_unified_terms_note(g))
+    if core.verdict == "too close to call":
+        margin = ("" if core.margin_gib is None or core.band_gib is None
+                  else f" (KV margin {core.margin_gib:+.2f} GiB, band ±{core.band_gib:.2f})")
+        notes.append(f"too close to call on {core.verdict_reason}{margin}; `forklift probe "
+                     f"{ctx.deployment.recipe.name or 'RECIPE'}` measures these terms on the nodes and settles it")
     return notes
 
 
-def _unified_terms_note() -> str:
+def _unified_terms_note(g: gb10.Gb10Terms) -> str:
     """What the plan counts of the host memory a unified GPU's free-memory readings include."""
-    measured = bool(rules.measured().get("uma_host"))
-    counted = ("the input batch's CPU token table, FlashInfer's pinned decode buffers"
-               + (", and the host memory per captured graph and per profile run measured on our H200 runs "
-                  "(process RSS; per decoder layer)" if measured else ""))
-    left = "anything else the processes grow by (weight loading, kernels JIT-built on the node)" if measured else \
-        "torch.compile's and the CUDA graphs' host memory (not measured yet)"
-    return (f"unified memory: vLLM reads free memory there from MemAvailable (profile) and cudaMemGetInfo (CUDA-graph "
-            f"estimate), so host memory counts against the KV pool; the plan counts {counted}; it leaves out {left}, "
-            "so the KV pool is an upper bound; one startup log from these nodes through "
-            "`forklift plan RECIPE --calibrate LOG` replaces the terms")
+    verified = "" if g.verified else f" (fitted on newer releases than {g.version}: unverified here)"
+    return ("unified memory: vLLM reads free memory there from MemAvailable (profile) and cudaMemGetInfo (CUDA-graph "
+            "estimate), so host memory counts against the KV pool; the plan counts the input batch's CPU token "
+            "table, FlashInfer's pinned decode buffers, the host memory per captured graph and per profile run "
+            f"(H200 process RSS), and {g.cudagraph_excess_gib:.2f} GiB per rank more in the CUDA-graph estimate "
+            f"(public GB10 logs{verified}); boot-to-boot spread ±{g.pool_band_gib:.2f} GiB")
 
 
 def _kv_notes(core: Core) -> list[str]:

@@ -75,8 +75,8 @@ def test_existing_file_that_is_not_swap_is_refused() -> None:
 
 
 def test_min_free_kbytes_too_large_for_this_node_is_refused() -> None:
-    facts = make_facts(meminfo={"MemTotal": 16 * GIB})
-    with pytest.raises(NodeError, match="vm.min_free_kbytes=2097152"):
+    facts = make_facts(meminfo={"MemTotal": 2 * GIB})
+    with pytest.raises(NodeError, match="vm.min_free_kbytes=262144"):
         plan_apply(facts, GB10, runs_dirs=[])
 
 
@@ -139,7 +139,7 @@ def test_revert_restores_recorded_bytes_and_values() -> None:
 
 def test_rendered_files() -> None:
     assert sysctl_text(GB10).splitlines()[1:] == [
-        "vm.swappiness = 100", "vm.vfs_cache_pressure = 1000", "vm.min_free_kbytes = 2097152",
+        "vm.swappiness = 100", "vm.vfs_cache_pressure = 1000", "vm.min_free_kbytes = 262144",
         "vm.dirty_ratio = 5", "vm.dirty_background_ratio = 1"]
     unit = guard_unit_text("/usr/bin/python3")
     assert "Restart=on-failure" in unit and f"ExecStart=/usr/bin/python3 {F.GUARD_MODULE} --config" in unit

@@ -14,7 +14,7 @@ def test_bundled_profiles_load() -> None:
 
 def test_gb10_carries_seed_002_values() -> None:
     p = load_profile("gb10")
-    assert p.sysctl == {"vm.swappiness": 100, "vm.vfs_cache_pressure": 1000, "vm.min_free_kbytes": 2097152,
+    assert p.sysctl == {"vm.swappiness": 100, "vm.vfs_cache_pressure": 1000, "vm.min_free_kbytes": 262144,
                         "vm.dirty_ratio": 5, "vm.dirty_background_ratio": 1}
     assert p.swap is not None and p.swap.size_bytes == 64 * GIB
     assert p.unified_memory and p.guard.required and p.guard.oom_score_adj == -1000

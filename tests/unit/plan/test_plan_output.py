@@ -55,7 +55,7 @@ def test_fp8_kv_is_advised_where_it_frees_kv(tmp_path: Path) -> None:
 
 def test_advice_ladder_when_it_does_not_fit() -> None:
     recipe = recipes.load("glm-4.7-nvfp4-2x-spark", [
-        "serve.gpu_memory_utilization=0.85", "serve.max_num_seqs=1024", "serve.max_num_batched_tokens=16384",
+        "serve.gpu_memory_utilization=0.88", "serve.max_num_seqs=1024", "serve.max_num_batched_tokens=16384",
         "serve.kv_cache_dtype=bfloat16", "serve.max_model_len=131072"])
     plan = make(recipe)
     assert not plan.fits

@@ -45,6 +45,28 @@ def test_seed000_first_try_shows_the_batch_limit_terms() -> None:
     assert any("max_num_seqs 1,024 x 151,552" in n for n in first.notes)
 
 
+SEED000_LOGGED_KV_GIB = 8.89  # "Final numbers at 64K: 8.89 GiB of KV available" (seed 000)
+FIRST_TRY = ["serve.gpu_memory_utilization=0.88", "serve.max_num_batched_tokens=null", "serve.max_num_seqs=null",
+             "serve.max_model_len=32768"]
+
+
+def test_seed000_final_setup_plans_within_ten_percent_of_the_pool_it_logged() -> None:
+    """No planner constant comes from the seed: the unified-memory terms are fitted on public GB10 threads
+    (test_gb10_public.py checks the fit)."""
+    plan = make(recipes.load("glm-4.7-nvfp4-2x-spark"))
+    pool = min(r.kv_pool_gib for r in plan.ranks)
+    assert abs(pool - SEED000_LOGGED_KV_GIB) / SEED000_LOGGED_KV_GIB < 0.10
+    assert plan.fits and plan.verdict != "does not fit"
+
+
+def test_seed000_first_try_does_not_fit_or_is_too_close_naming_the_probe() -> None:
+    """The seed's first try got 0.16 GiB of KV and did not start."""
+    plan = make(recipes.load("glm-4.7-nvfp4-2x-spark", FIRST_TRY))
+    assert plan.verdict in ("does not fit", "too close to call")
+    if plan.verdict == "too close to call":
+        assert any("too close to call" in n and "forklift probe glm-4.7-nvfp4-2x-spark" in n for n in plan.notes)
+
+
 def test_seed002_weights_split_and_roofline_notes() -> None:
     plan = make(recipes.load("glm-5.2-reap-3x-spark-pp3"))
     assert plan.pp_partition == [26, 26, 26]
