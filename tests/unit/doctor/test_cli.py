@@ -88,7 +88,7 @@ def test_recipe_adds_kv_advice_that_knows_the_recipe() -> None:
 def test_the_run_context_comes_from_the_record() -> None:
     from types import SimpleNamespace
 
-    from forklift.cli.doctor import _context
+    from forklift.cluster.diagnose import context_of
     from forklift.recipe.schema import Recipe
 
     recipe = Recipe.model_validate({"model": {"source": "/m"}, "patches": ["kv-scale-loader-args"],
@@ -100,7 +100,7 @@ def test_the_run_context_comes_from_the_record() -> None:
         recipe=recipe, error="rank 1 on spark-b exited during startup (phase: loading weights)", status="failed",
         pins=SimpleNamespace(patches=[SimpleNamespace(id="kv-scale-loader-args")]), patches=[],
         planned=SimpleNamespace(fits=False, ranks=[rank]), plan=SimpleNamespace(kind="plan"), vllm_version="0.26.0")
-    ctx = _context(record, {"spark-b": (2 << 30, 128 << 30)})
+    ctx = context_of(record, {"spark-b": (2 << 30, 128 << 30)})  # type: ignore[arg-type]
     assert (ctx.failed_rank, ctx.failed_host, ctx.phase) == (1, "spark-b", "loading weights")
     assert ctx.plan_fits is False and ctx.kv_margin_gib == -1.31
     assert ctx.patches_applied == ("kv-scale-loader-args",) and ctx.patches_wanted == ("kv-scale-loader-args",)
