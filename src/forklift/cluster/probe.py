@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,14 +26,15 @@ from forklift.launch.hosts import runners_for
 from forklift.launch.render import render
 from forklift.model.load import spec_for
 from forklift.plan import Plan, Unplanned, calibrate, for_launch, probes, rules
-from forklift.plan.core import context, hardware_identity, probe_settings
+from forklift.plan.core import context, hardware_identity, node_profiles, probe_settings
 from forklift.plan.startlog import LogFacts, parse_log
 from forklift.recipe.deployment import Deployment
-from forklift.record import RankState, RunLock, RunRecord, validate_name
+from forklift.record import RunLock, RunRecord, validate_name
 from forklift.runner import Runner
 from forklift.runner.ssh import default_ssh_config
 
-__all__ = ["ProbeProcess", "ProbeResult", "dry_run", "measured", "probe", "probe_deployment", "sized"]
+__all__ = ["ProbeProcess", "ProbeResult", "RankLog", "dry_run", "from_logs", "measured", "probe", "probe_deployment",
+           "sized"]
 
 STOP_GRACE_S = 10.0
 
@@ -124,48 +125,64 @@ def _follow(record: RunRecord, runners: Mapping[int, Runner], *, platform: str, 
         time.sleep(1.0)
 
 
-def _rank_terms(record: RunRecord, rank: RankState, runners: Mapping[int, Runner],
-                plan: Plan | Unplanned) -> tuple[probes.RankTerms, LogFacts]:
-    facts = parse_log("\n".join(remote.tail(runners[rank.node], rank.log_path)))
-    stages = [0]
-    if isinstance(plan, Plan):
-        stages = sorted({r.pp_stage for r in plan.ranks if r.host == rank.host}) or [0]
+@dataclass(frozen=True)
+class RankLog:
+    """One engine process's log, as read back from its node."""
+
+    node: int
+    host: str
+    log_path: str
+    text: str
+    head: bool = False
+
+
+def _rank_terms(log: RankLog, stages: list[int]) -> tuple[probes.RankTerms, LogFacts]:
+    facts = parse_log(log.text)
     graphs = facts.cudagraph_actual_gib if facts.cudagraph_actual_gib is not None else facts.graph_capture_gib
     terms = probes.RankTerms(
-        node=rank.node, host=rank.host, pp_stages=stages, log_path=rank.log_path, weights_gib=facts.weights_gib,
+        node=log.node, host=log.host, pp_stages=stages or [0], log_path=log.log_path, weights_gib=facts.weights_gib,
         activation_gib=facts.activation_gib, non_torch_gib=facts.non_torch_gib, cudagraph_gib=graphs,
         cudagraph_estimate_gib=facts.cudagraph_estimate_gib, available_kv_gib=facts.available_kv_gib,
         requested_gib=facts.requested_gib, memory_total_gib=facts.memory_total_gib, cpu_kv_gib=facts.cpu_kv_gib)
     return terms, facts
 
 
-def measured(deployment: Deployment, plan: Plan | Unplanned, record: RunRecord, runners: Mapping[int, Runner],
-             *, vllm_build: str, wall_s: float) -> probes.Probe:
-    """The probe the ranks' logs describe, keyed by this deployment's hardware, build, config and settings."""
-    engines = [r for r in record.ranks if r.role == "engine"]
-    read = [_rank_terms(record, r, runners, plan) for r in engines]
-    head_facts = next(f for (t, f), r in zip(read, engines, strict=True) if r.rank == 0)
-    ranks = [t for t, _ in read]
-    if head_facts.kv_tokens is None and head_facts.error is None:
-        raise ProbeError("the head's log has no KV cache size", fix=f"Read it: `forklift logs {record.name}`.")
-    base = vllm_build.split("+")[0]
+def from_logs(deployment: Deployment, logs: Sequence[RankLog], *, vllm_build: str, wall_s: float = 0.0,
+              run_name: str | None = None) -> probes.Probe:
+    """The probe the ranks' logs describe, keyed by this deployment's hardware identity, the nodes' vLLM build, the
+    model config hash and the settings as vLLM resolves them (pure: the logs are text)."""
     src = spec_for(deployment.recipe.model)
-    ctx = context(deployment, src, rules.rules_for(base if ctx_platform(plan) == "cuda" else None))
+    plat = node_profiles(deployment)[0].kind
+    ctx = context(deployment, src, rules.rules_for(vllm_build.split("+")[0] if plat == "cuda" else None))
+    read = [_rank_terms(log, ctx.place.stages_of(log.node)) for log in logs]
+    head = next((f for (_, f), log in zip(read, logs, strict=True) if log.head), read[0][1])
+    if head.kv_tokens is None and head.error is None:
+        raise ProbeError("the head's log has no KV cache size ('KV cache size: N tokens') and no memory error",
+                         fix=f"Read it: `forklift logs {run_name or 'RUN'} --rank 0`.")
+    ranks = [t for t, _ in read]
     pools = [t.available_kv_gib for t in ranks if t.available_kv_gib is not None]
     pool_gib = min(pools) if pools else next((t.cpu_kv_gib for t in ranks if t.cpu_kv_gib is not None), None)
     pool = int(pool_gib * probes.GIB) if pool_gib is not None else None
-    tokens = head_facts.kv_tokens or 0
-    hardware = hardware_identity(ctx)
-    settings = probe_settings(ctx)
+    tokens = head.kv_tokens or 0
+    hardware, settings = hardware_identity(ctx), probe_settings(ctx)
     config_hash = calibrate.fingerprint(src.spec)
     return probes.Probe(
         key=probes.key_of(hardware, vllm_build, config_hash, settings), recipe=deployment.recipe.name,
         hosts=[n.host for n in deployment.nodes], hardware=hardware, vllm_build=vllm_build, platform=ctx.st.platform,
         model=src.spec.name, architecture=src.spec.architecture, config_hash=config_hash, settings=settings,
-        kv_tokens=tokens, block_size=head_facts.block_size, kv_pool_bytes=pool,
+        kv_tokens=tokens, block_size=head.block_size, kv_pool_bytes=pool,
         kv_bytes_per_token=pool / tokens if pool and tokens else None,
         cudagraph_subtracted=any(t.cudagraph_estimate_gib is not None for t in ranks),
-        error=head_facts.error, ranks=ranks, wall_s=round(wall_s, 2), run_name=record.name)
+        error=head.error, ranks=ranks, wall_s=round(wall_s, 2), run_name=run_name)
+
+
+def measured(deployment: Deployment, record: RunRecord, runners: Mapping[int, Runner], *, vllm_build: str,
+             wall_s: float) -> probes.Probe:
+    """``from_logs`` over every engine rank's log, read back through its node's Runner."""
+    logs = [RankLog(node=r.node, host=r.host, log_path=r.log_path, head=r.rank == 0,
+                    text="\n".join(remote.tail(runners[r.node], r.log_path)))
+            for r in record.ranks if r.role == "engine"]
+    return from_logs(deployment, logs, vllm_build=vllm_build, wall_s=wall_s, run_name=record.name)
 
 
 def ctx_platform(plan: Plan | Unplanned) -> str:
@@ -219,6 +236,6 @@ def _probe(deployment: Deployment, name: str, on_event: EventFn, runners: Mappin
         raise ProbeError(f"processes survived the probe's stop: {'; '.join(stop.leftovers)}",
                          fix=f"`forklift down {name}` stops them (or kill the named process groups).")
     wall = time.monotonic() - t0
-    result = measured(deployment, plan, record, runners, vllm_build=pre.version, wall_s=wall)
+    result = measured(deployment, record, runners, vllm_build=pre.version, wall_s=wall)
     path = probes.store(result)
     return ProbeResult(probe=result, path=path, wall_s=round(wall, 2), phases=reached, killed=stop.killed)
