@@ -177,12 +177,26 @@ def from_logs(deployment: Deployment, logs: Sequence[RankLog], *, vllm_build: st
 
 
 def measured(deployment: Deployment, record: RunRecord, runners: Mapping[int, Runner], *, vllm_build: str,
-             wall_s: float) -> probes.Probe:
-    """``from_logs`` over every engine rank's log, read back through its node's Runner."""
+             wall_s: float) -> tuple[probes.Probe, list[RankLog]]:
+    """``from_logs`` over every engine rank's log, read back through its node's Runner (and the logs)."""
     logs = [RankLog(node=r.node, host=r.host, log_path=r.log_path, head=r.rank == 0,
                     text="\n".join(remote.tail(runners[r.node], r.log_path)))
             for r in record.ranks if r.role == "engine"]
-    return from_logs(deployment, logs, vllm_build=vllm_build, wall_s=wall_s, run_name=record.name)
+    return from_logs(deployment, logs, vllm_build=vllm_build, wall_s=wall_s, run_name=record.name), logs
+
+
+def keep_logs(probe: probes.Probe, logs: Sequence[RankLog]) -> probes.Probe:
+    """Copy each rank's log beside the probe (the run folder's are rotated by the next start) and point the
+    probe's ranks at the copies."""
+    folder = probes.probe_dir(probe.config_hash)
+    folder.mkdir(parents=True, exist_ok=True)
+    kept: dict[int, str] = {}
+    for log in logs:
+        path = folder / f"{probe.key}.node{log.node}.log"
+        path.write_text(log.text + "\n")
+        kept[log.node] = str(path)
+    ranks = [r.model_copy(update={"log_path": kept.get(r.node, r.log_path)}) for r in probe.ranks]
+    return probe.model_copy(update={"ranks": ranks})
 
 
 def ctx_platform(plan: Plan | Unplanned) -> str:
@@ -236,6 +250,7 @@ def _probe(deployment: Deployment, name: str, on_event: EventFn, runners: Mappin
         raise ProbeError(f"processes survived the probe's stop: {'; '.join(stop.leftovers)}",
                          fix=f"`forklift down {name}` stops them (or kill the named process groups).")
     wall = time.monotonic() - t0
-    result = measured(deployment, record, runners, vllm_build=pre.version, wall_s=wall)
+    result, logs = measured(deployment, record, runners, vllm_build=pre.version, wall_s=wall)
+    result = keep_logs(result, logs)
     path = probes.store(result)
     return ProbeResult(probe=result, path=path, wall_s=round(wall, 2), phases=reached, killed=stop.killed)

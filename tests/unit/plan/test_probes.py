@@ -227,3 +227,24 @@ def test_too_close_to_call_names_the_probe_and_a_probe_settles_it(tmp_path: Path
     assert any("too close to call" in n and "forklift probe" in n for n in close.notes)
     far = make(_h200("c1", tmp_path, max_model_len=1024, **small), vllm_version="0.26.0")
     assert far.verdict == "fits"
+
+
+# --- the command ------------------------------------------------------------------------------------------------
+
+
+def test_dry_run_prints_each_nodes_argv_with_dummy_weights_and_starts_nothing(tmp_path: Path) -> None:
+    from tests.helpers import forklift
+
+    res = forklift("probe", "glm-4.7-nvfp4-2x-spark", "--dry-run", "--json", "--set",
+                   "serve.kv_cache_memory_bytes=1000000000", home=tmp_path / "home")
+    assert res.returncode == 0, res.stderr
+    procs = json.loads(res.stdout)["processes"]
+    recipe = recipes.load("glm-4.7-nvfp4-2x-spark")
+    assert [p["host"] for p in procs] == [n.host for n in reversed(recipe.nodes)]  # workers first, the head last
+    for p in procs:
+        argv = p["argv"]
+        assert argv[argv.index("--load-format") + 1] == "dummy"
+        assert "--kv-cache-memory-bytes" not in argv  # vLLM must profile to measure
+    assert not (tmp_path / "home" / "runs").exists()
+    text = forklift("probe", "glm-4.7-nvfp4-2x-spark", "--dry-run", home=tmp_path / "home")
+    assert text.returncode == 0 and text.stdout.count("--load-format dummy") == len(procs)
