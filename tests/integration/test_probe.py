@@ -47,6 +47,8 @@ def test_probe_default_measures_and_the_next_plan_uses_it(tmp_path: Path) -> Non
     assert out["probe"]["kv_tokens"] == logged
     stored = Path(out["path"])
     assert stored.is_file() and stored.is_relative_to(home / "probes")
+    kept = Path(out["probe"]["ranks"][0]["log_path"])  # the log travels with the probe (runs/ rotates its logs)
+    assert kept.parent == stored.parent and _KV_LINE.findall(kept.read_text()) == found
 
     plan = forklift("plan", "default", "--json", home=home)
     assert plan.returncode == 0, plan.stderr
