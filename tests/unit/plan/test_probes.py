@@ -248,3 +248,15 @@ def test_dry_run_prints_each_nodes_argv_with_dummy_weights_and_starts_nothing(tm
     assert not (tmp_path / "home" / "runs").exists()
     text = forklift("probe", "glm-4.7-nvfp4-2x-spark", "--dry-run", home=tmp_path / "home")
     assert text.returncode == 0 and text.stdout.count("--load-format dummy") == len(procs)
+
+
+def test_dry_run_in_docker_wraps_the_same_dummy_argv(tmp_path: Path) -> None:
+    from tests.helpers import forklift
+
+    res = forklift("probe", "glm-4.7-nvfp4-2x-spark", "--dry-run", "--json", "--set",
+                   "runtime={kind: docker, image: 'vllm/vllm-openai:v0.26.0'}", home=tmp_path / "home")
+    assert res.returncode == 0, res.stderr
+    for p in json.loads(res.stdout)["processes"]:
+        argv = p["argv"]
+        assert argv[:2] == ["docker", "run"] and "vllm/vllm-openai:v0.26.0" in argv
+        assert argv[argv.index("--load-format") + 1] == "dummy"
