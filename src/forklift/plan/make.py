@@ -17,7 +17,7 @@ from forklift.model.load import SpecSource, spec_for
 from forklift.model.tensors import param_count
 from forklift.plan import calibrate, kvspecs, rules
 from forklift.plan.advice import advice, balanced_partition
-from forklift.plan.core import GIB, Core, context, core
+from forklift.plan.core import GIB, Context, Core, context, core, probe_for
 from forklift.plan.files import model_files
 from forklift.plan.model import Decisions, Plan, ProbeUse, Roofline, Unplanned
 from forklift.plan.notes import claim_notes, notes, speculative_roofline_notes
@@ -230,12 +230,31 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
     speculative.check(deployment.recipe, vllm_version=vllm_version, default_version=rules.default_version(),
                       model=src.spec)
     vr = rules.rules_for(vllm_version)
-    c = core(context(deployment, src, vr))
+    ctx = context(deployment, src, vr)
+    probed_version = None if vllm_version is not None else _probed_version(ctx)
+    if probed_version is not None:  # no --vllm-version: the release a probe of these nodes ran
+        vr = rules.rules_for(probed_version)
+        ctx = context(deployment, src, vr)
+    c = core(ctx)
     applied = _to_apply(c) if apply else []
     if applied:
         c = core(context(deployment.with_sets(applied), src, vr))
     plan = _plan(c, applied)
+    if probed_version is not None:
+        patch_notes = [f"no --vllm-version: planned for vLLM {probed_version}, the release the probe of these nodes "
+                       "ran", *patch_notes]
     return plan.model_copy(update={"notes": [*plan.notes, *patch_notes]}) if patch_notes else plan
+
+
+def _probed_version(ctx: Context) -> str | None:
+    """The vLLM release of the closest probe on these GPUs, where it is not the one planned for."""
+    if ctx.st.platform != "cuda":
+        return None
+    found = probe_for(ctx)
+    if found is None:
+        return None
+    base = found.probe.vllm_build.split("+")[0]
+    return base if base != ctx.vr.version else None
 
 
 def _patch_notes(recipe: Recipe) -> list[str]:

@@ -260,3 +260,17 @@ def test_dry_run_in_docker_wraps_the_same_dummy_argv(tmp_path: Path) -> None:
         argv = p["argv"]
         assert argv[:2] == ["docker", "run"] and "vllm/vllm-openai:v0.26.0" in argv
         assert argv[argv.index("--load-format") + 1] == "dummy"
+
+
+def test_without_a_vllm_version_the_plan_takes_the_probes_release(tmp_path: Path) -> None:
+    from forklift.plan import rules
+
+    other = "0.32.0"  # the H200 log relabelled as another release than the planner's default, for the mechanism
+    assert rules.default_version() != other
+    dep = _h200("c1", tmp_path)
+    probes.store(from_logs(dep, _logs(dep, [H200_LOG]), vllm_build=other))
+    plan = make(dep)
+    assert plan.vllm_version == other
+    assert plan.probe is not None and plan.probe.used and not any(d.startswith("vLLM") for d in plan.probe.differs)
+    assert any(f"planned for vLLM {other}" in n for n in plan.notes)
+    assert make(dep, vllm_version=rules.default_version()).vllm_version == rules.default_version()
