@@ -442,6 +442,10 @@ def core(ctx: Context, *, use_calibration: bool = True) -> Core:
     if match is not None and st.platform == "cpu" and match.kv_usable:
         tokens, n_blocks = _cpu_probed_tokens(match, min(pools), layouts[0].block_size)
         used.append("kv_tokens")
+    elif "pool" in used and match is not None and match.probe.kv_tokens and not match.probe.error \
+            and match.same_settings:  # the pool as measured, every setting the same: vLLM's own count
+        tokens = match.probe.kv_tokens
+        used.append("kv_tokens")
     upper = max(st.max_model_len, spec.derived_max_len or spec.max_position_embeddings)
     largest = _largest_len(ctx, layouts, pools, upper)
     return Core(ctx=ctx, ranks=ranks, layouts=layouts, pools=pools, num_blocks=n_blocks,

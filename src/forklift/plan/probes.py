@@ -182,6 +182,11 @@ class Match:
         return not self.term_keys and not self.kv_keys
 
     @property
+    def same_settings(self) -> bool:
+        """Every setting the same (the build and the hosts may differ)."""
+        return not any(d.split(":", 1)[0] in _WEIGHTS for d in self.differs)
+
+    @property
     def pool_usable(self) -> bool:
         """The measured pool (and tokens) hold as they are."""
         return self.kv_usable and not self.pool_keys
