@@ -121,7 +121,8 @@ def _follow(record: RunRecord, runners: Mapping[int, Runner], *, platform: str, 
         check_alive(record, runners, phase)
         if time.monotonic() - t0 > timeout_s:
             raise ProbeError(f"vLLM did not log its KV cache size within {timeout_s:.0f} s (last phase: {phase})",
-                             fix=f"Raise timeouts.ready_s, or read the log: `forklift logs {record.name} --rank 0`.")
+                             fix="Give it longer (`forklift probe --timeout SECONDS`, or --set "
+                             f"timeouts.ready_s=SECONDS), or read the log: `forklift logs {record.name} --rank 0`.")
         time.sleep(1.0)
 
 
