@@ -122,6 +122,10 @@ class EngineStartupError(EngineError):
         super().__init__(message, fix=fix)
 
 
+class ProbeError(EngineError):
+    """``forklift probe`` could not measure: the start never logged its KV sizing in time, or left a process."""
+
+
 class RunnerError(ForkliftError):
     """A command could not be run on a host."""
 

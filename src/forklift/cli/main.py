@@ -26,6 +26,7 @@ from forklift.errors import ForkliftError, Terminated
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("plan", "Predict per-rank memory, KV tokens, max context and decode speed for a recipe."),
     "hw": ("hw", "Show this machine or a node (memory, GPUs, matching profile), or the known profiles."),
+    "probe": ("probe", "Measure a recipe's memory on its nodes (dummy weights, stop once the KV cache is sized)."),
     "render": ("render", "Print per-rank argv, env and start order, or a k8s manifest."),
     "up": ("up", "Start a deployment, detached; exit 0 once a streamed chat completion returns a token."),
     "status": ("status", "Show a run (or all runs): state, endpoint, ranks."),

@@ -36,6 +36,10 @@ def plan_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = 
     else:
         render(result)
     if not result.fits:
+        if result.verdict == "too close to call":
+            raise DoesNotFitError(result.error or "does not fit",
+                                  fix=f"Too close to call: `forklift probe {result.recipe or 'RECIPE'}` measures it "
+                                  "on the nodes, and the next plan uses the measurement.")
         fitting = [a for a in result.advice if a.fits] or result.advice
         fix = f"{fitting[0].action}: {' '.join('--set ' + s for s in fitting[0].set)}" if fitting else None
         raise DoesNotFitError(result.error or "does not fit", fix=fix or "See the notes above.")
@@ -55,9 +59,10 @@ def render(p: planner.Plan) -> None:
     console.print(table)
     if p.model_files is not None:
         render_files(p.model_files)
-    verdict = "[green]fits[/]" if p.fits else "[red]does not fit[/]"
-    if p.verdict == "too close to call":  # unified memory: inside the spread of the terms (the notes say which)
-        verdict = f"[yellow]too close to call[/] ({'fits' if p.fits else 'does not fit'} on the planned terms)"
+    verdict = {"fits": "[green]fits[/]", "does not fit": "[red]does not fit[/]"}.get(
+        p.verdict, f"[yellow]too close to call[/] (vLLM would {'start' if p.fits else 'refuse'}, by "
+        f"{p.kv_margin_gib or 0:+.2f} GiB within +/-{p.uncertainty_gib or 0:.2f} GiB; "
+        f"`forklift probe {p.recipe or 'RECIPE'}` settles it)")
     console.print(f"{verdict}: {p.kv_tokens:,} KV tokens, max_model_len {p.max_model_len:,} "
                   f"(largest that fits {p.largest_max_model_len:,}), max concurrency {p.max_concurrency:.2f}x")
     rf = p.roofline

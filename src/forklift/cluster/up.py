@@ -57,7 +57,7 @@ from forklift.results import CheckResult
 from forklift.runner import Runner, fan_out
 from forklift.runner.ssh import default_ssh_config
 
-__all__ = ["Preflight", "UpResult", "gate", "preflight", "up"]
+__all__ = ["Preflight", "UpResult", "apply_patches", "gate", "make_record", "preflight", "up"]
 
 
 @dataclass
@@ -238,7 +238,7 @@ def visible_gpus(recipe: Recipe, launch: Launch) -> dict[str, list[int]]:
     return out
 
 
-def _record(plan: Plan | Unplanned, name: str, pre: Preflight, patches: list[dict[str, Any]],
+def make_record(plan: Plan | Unplanned, name: str, pre: Preflight, patches: list[dict[str, Any]],
             ssh_config: str | None, runners: Mapping[int, Runner]) -> tuple[RunRecord, list[CheckResult]]:
     launch = pre.launch
     pins, warnings = collect_pins(plan.deployment.recipe, launch, pre.report.versions, patches, runners,
@@ -304,7 +304,7 @@ def _up(plan: Plan | Unplanned, *, name: str, on_event: EventFn, runners: Mappin
     patches = apply_patches(recipe, runners)
     on_event("prepare", "creating run directories on every node")
     prepare_nodes(recipe, name, pre.paths, runners)
-    record, pin_warnings = _record(plan, name, pre, patches, ssh_config, runners)
+    record, pin_warnings = make_record(plan, name, pre, patches, ssh_config, runners)
     warnings += pin_warnings
     api_key = secret_values(pre.launch.head.secret_env).get(API_KEY_VAR)  # a missing key fails before any start
     record.timings["preflight_s"] = round(time.monotonic() - t0, 2)

@@ -16,7 +16,7 @@ from forklift.hardware.profiles import get as get_profile
 from forklift.model.load import SpecSource
 from forklift.model.quant import loaded_scheme, online_scheme
 from forklift.model.spec import ModelSpec
-from forklift.plan import calibrate, gb10, kvspecs, layout, rules, terms
+from forklift.plan import calibrate, gb10, kvspecs, layout, probes, rules, terms
 from forklift.plan import memory as mem
 from forklift.plan.kvcache import KvLayout, LayerKv, largest_fitting_len
 from forklift.plan.kvcache import layout as kv_layout
@@ -102,10 +102,16 @@ class Core:
     table: mem.WeightTable
     calibration: calibrate.Calibration | None
     verdict: str = "fits"
-    """fits | does not fit | too close to call (gb10.verdict: decided only outside the terms' spread)."""
+    """Unified memory, unprobed: fits | does not fit | too close to call (gb10.verdict: decided only outside the
+    terms' spread); elsewhere plan.make.close_call decides."""
     margin_gib: float | None = None
     band_gib: float | None = None
     verdict_reason: str = ""
+    """What the GB10 verdict rests on; empty where it does not apply (not unified memory, or a probe was used)."""
+    probe: probes.Match | None = None
+    """The closest probe of this model on this hardware (``forklift probe``), used or only shown."""
+    probe_used: tuple[str, ...] = ()
+    """What the plan took from the probe: 'weights', 'terms', 'pool', 'kv_tokens'."""
 
     @property
     def fits(self) -> bool:
@@ -235,14 +241,15 @@ def stage_layout(ctx: Context, stage: int) -> KvLayout:
 
 
 def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stored: list[float] | None,
-           cal: calibrate.Calibration | None) -> Terms:
+           cal: calibrate.Calibration | None, *, measured_weights: bool = False) -> Terms:
     st, spec = ctx.st, ctx.spec
     start, end = ctx.ranges[stage]
     first, last = stage == 0, stage == st.pp - 1
     weights = stored[stage] if stored is not None else table.stage(start, end, first, last)
-    weights += spec.rope_cache_bytes(start, end)  # rotary caches: allocated at load, in no checkpoint
+    if not measured_weights:  # a probe's 'Model loading took' already holds them
+        weights += spec.rope_cache_bytes(start, end)  # rotary caches: allocated at load, in no checkpoint
     draft = draft_cost(ctx)  # [speculative] a separate draft (or MTP's embedding copy under PP) on the last stage
-    if last and draft is not None:
+    if last and draft is not None and not measured_weights:  # a probe measured the drafter with the rest
         weights += draft.weight_bytes
     graphs_on = st.platform == "cuda" and not st.eager
     if cal is not None:
@@ -274,7 +281,8 @@ def requested_bytes(ctx: Context, rank: int) -> float:
     return float(math.ceil(ctx.profile_of(rank).memory_gib * GIB * ctx.st.util))
 
 
-def _rank(ctx: Context, rank: int, t: Terms, lay: KvLayout, cpu_pool: int) -> tuple[RankPlan, int]:
+def _rank(ctx: Context, rank: int, t: Terms, lay: KvLayout, cpu_pool: int,
+          measured_pool: int | None = None) -> tuple[RankPlan, int]:
     st = ctx.st
     stage, tp_rank = divmod(rank % (st.tp * st.pp), st.tp)
     start, end = ctx.ranges[stage]
@@ -284,6 +292,8 @@ def _rank(ctx: Context, rank: int, t: Terms, lay: KvLayout, cpu_pool: int) -> tu
     else:
         requested = requested_bytes(ctx, rank)
         pool = int(requested - t.weights - t.activation - t.non_torch - (t.cudagraph if t.cudagraph_subtracted else 0))
+        if measured_pool is not None:
+            pool = measured_pool
         if isinstance(st.kv_budget, int):
             pool = st.kv_budget
     plan = RankPlan(
@@ -360,6 +370,55 @@ def weight_table(ctx: Context) -> tuple[mem.WeightTable, list[float] | None]:
     return table, stored
 
 
+def probe_settings(ctx: Context) -> dict[str, object]:
+    """The settings a probe is keyed by (``probes.TERM_KEYS``, ``KV_KEYS``, ``POOL_KEYS``), as vLLM resolves them."""
+    st, s = ctx.st, ctx.deployment.recipe.serve
+    cpu = st.platform == "cpu"
+    return {
+        "tp": st.tp, "pp": st.pp, "dp": st.dp, "dcp": st.dcp, "max_num_batched_tokens": st.mnbt,
+        "max_num_seqs": st.seqs, "enforce_eager": st.eager, "dtype": s.dtype, "quantization": s.quantization,
+        "speculative": f"{s.speculative.method}:{s.speculative.num_speculative_tokens}" if s.speculative else None,
+        "enable_expert_parallel": st.ep, "kv_cache_dtype": st.kv_dtype, "block_size": s.block_size,
+        "enable_prefix_caching": s.enable_prefix_caching, "gpu_memory_utilization": st.util,
+        "cpu_kv_cache_gib": (s.cpu_kv_cache_gib or rules.estimate()["cpu_kv_default_gib"]) if cpu else None,
+        "max_model_len": st.max_model_len,
+    }
+
+
+def hardware_identity(ctx: Context) -> list[str]:
+    """Per node, the hardware a probe must have run on to count for this plan (its profile's name)."""
+    return [p.name for p in ctx.profiles]
+
+
+def probe_for(ctx: Context) -> probes.Match | None:
+    """The closest stored probe of this model on this hardware, or None."""
+    st = ctx.st
+    return probes.closest(calibrate.fingerprint(ctx.spec), hardware_identity(ctx), probe_settings(ctx),
+                          vllm_build=ctx.vr.version if st.platform == "cuda" else None,
+                          hosts=[n.host for n in ctx.deployment.nodes])
+
+
+def _probe_terms(ctx: Context, match: probes.Match) -> tuple[calibrate.Calibration, list[float] | None]:
+    """A probe's measured terms per stage as a calibration, and its weights per stage (bytes) where the dummy
+    load stores what the real one will (``loaded_scheme``)."""
+    p, st = match.probe, ctx.st
+    stages = range(st.pp)
+    act = {s: p.stage_max("activation_gib", s) or 0.0 for s in stages}
+    non_torch = max((p.stage_max("non_torch_gib", s) or 0.0 for s in stages), default=0.0)
+    subtracted = p.cudagraph_subtracted
+    field = "cudagraph_estimate_gib" if subtracted else "cudagraph_gib"
+    cg = max((p.stage_max(field, s) or 0.0 for s in stages), default=0.0)
+    cal = calibrate.Calibration(key=p.key, source_log=str(p.path), vllm_version=p.vllm_build,
+                                activation_gib=max(act.values(), default=0.0), non_torch_gib=non_torch,
+                                cudagraph_gib=cg, cudagraph_subtracted=subtracted, per_stage_activation=act)
+    weights = [p.stage_max("weights_gib", s) for s in stages]
+    quant = online_scheme(ctx.deployment.recipe.serve.quantization, ctx.spec.quant)
+    same_load = loaded_scheme(quant, dummy=True) == loaded_scheme(quant, dummy=False)
+    if not same_load or any(w is None for w in weights):
+        return cal, None
+    return cal, [(w or 0.0) * GIB for w in weights]
+
+
 def calibration_for(ctx: Context) -> calibrate.Calibration | None:
     st = ctx.st
     if st.platform != "cuda":
@@ -373,25 +432,62 @@ def core(ctx: Context, *, use_calibration: bool = True) -> Core:
     st, spec = ctx.st, ctx.spec
     table, stored = weight_table(ctx)
     cal = calibration_for(ctx) if use_calibration else None
+    match = probe_for(ctx) if use_calibration else None
+    used: list[str] = []
+    measured: dict[int, int] = {}
+    if match is not None and st.platform == "cuda" and match.terms_usable and cal is None:
+        cal, probed_weights = _probe_terms(ctx, match)
+        used.append("terms")
+        if probed_weights is not None:
+            stored = probed_weights
+            used.append("weights")
+            if match.pool_usable:  # same utilization, same load: the pool each rank measured
+                measured = {r: b for r in range(ctx.place.world)
+                            if (b := match.probe.node_pool_bytes(ctx.place.node_of(r))) is not None}
+                used.append("pool")
     cpu_pool = int((ctx.deployment.recipe.serve.cpu_kv_cache_gib or rules.estimate()["cpu_kv_default_gib"]) * GIB)
     stages = [stage_layout(ctx, s) for s in range(st.pp)]
-    stage_terms = [_terms(ctx, s, stages[s], table, stored, cal) for s in range(st.pp)]
+    stage_terms = [_terms(ctx, s, stages[s], table, stored, cal, measured_weights="weights" in used)
+                   for s in range(st.pp)]
     ranks, layouts, pools = [], [], []
     for r in range(ctx.place.world):
         stage = (r // st.tp) % st.pp
-        plan, pool = _rank(ctx, r, stage_terms[stage], stages[stage], cpu_pool)
+        plan, pool = _rank(ctx, r, stage_terms[stage], stages[stage], cpu_pool, measured.get(r))
         ranks.append(plan)
         layouts.append(stages[stage])
         pools.append(pool)
     n_blocks = min(r.num_blocks for r in ranks)
+    tokens = layouts[0].tokens(n_blocks)
+    if match is not None and st.platform == "cpu" and match.kv_usable:
+        tokens, n_blocks = _cpu_probed_tokens(match, min(pools), layouts[0].block_size)
+        used.append("kv_tokens")
+    elif "pool" in used and match is not None and match.probe.kv_tokens and not match.probe.error \
+            and match.same_settings:  # the pool as measured, every setting the same: vLLM's own count
+        tokens = match.probe.kv_tokens
+        used.append("kv_tokens")
     upper = max(st.max_model_len, spec.derived_max_len or spec.max_position_embeddings)
     largest = _largest_len(ctx, layouts, pools, upper)
     error = startup_error(ctx, ranks, layouts, pools, largest)
-    decided, margin, band, reason = verdict(ctx, ranks, layouts, pools, error)
+    if {"pool", "terms"} & set(used):  # measured on these nodes: the probe's band decides (plan.make.close_call)
+        decided, margin, band, reason = ("fits" if error is None else "does not fit"), None, None, ""
+    else:
+        decided, margin, band, reason = verdict(ctx, ranks, layouts, pools, error)
     return Core(ctx=ctx, ranks=ranks, layouts=layouts, pools=pools, num_blocks=n_blocks,
-                kv_tokens=layouts[0].tokens(n_blocks), max_conc=layouts[0].concurrency(n_blocks),
-                largest_len=largest, error=error, table=table, calibration=cal, verdict=decided, margin_gib=margin,
-                band_gib=band, verdict_reason=reason)
+                kv_tokens=tokens, max_conc=layouts[0].concurrency(n_blocks),
+                largest_len=largest, error=error, table=table,
+                calibration=None if "terms" in used else cal, probe=match, probe_used=tuple(used), verdict=decided,
+                margin_gib=margin, band_gib=band, verdict_reason=reason)
+
+
+def _cpu_probed_tokens(match: probes.Match, pool: int, block: int) -> tuple[int, int]:
+    """vLLM-CPU: the probe's tokens as measured when the KV space is the same, else the planned space over the
+    measured bytes per token, in whole blocks. (tokens, blocks)"""
+    p = match.probe
+    block = p.block_size or block
+    if match.pool_usable or not p.kv_bytes_per_token:
+        return p.kv_tokens, p.kv_tokens // block
+    blocks = int(pool // (p.kv_bytes_per_token * block))
+    return blocks * block, blocks
 
 
 def _largest_len(ctx: Context, layouts: list[KvLayout], pools: list[int], upper: int) -> int:

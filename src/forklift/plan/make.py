@@ -17,9 +17,9 @@ from forklift.model.load import SpecSource, spec_for
 from forklift.model.tensors import param_count
 from forklift.plan import calibrate, kvspecs, rules
 from forklift.plan.advice import advice, balanced_partition
-from forklift.plan.core import GIB, Core, context, core
+from forklift.plan.core import GIB, Context, Core, context, core, probe_for
 from forklift.plan.files import model_files
-from forklift.plan.model import Decisions, Plan, Roofline, Unplanned
+from forklift.plan.model import Decisions, Plan, ProbeUse, Roofline, Unplanned
 from forklift.plan.notes import claim_notes, notes, speculative_roofline_notes
 from forklift.plan.roofline import StageCost, compute
 from forklift.recipe.deployment import Deployment, from_recipe, resolve
@@ -76,6 +76,69 @@ def decisions(deployment: Deployment, applied: list[str] | None = None, kv_bytes
                      kv_cache_memory_bytes=kv_bytes, applied=list(applied or []))
 
 
+_KV_ERRORS = ("No available memory for the cache blocks", "To serve at least one request")
+
+
+def close_call(c: Core) -> tuple[str, float | None, float | None]:
+    """(verdict, KV margin GiB, uncertainty GiB). The margin is the smallest rank's pool minus one max_model_len
+    request; within the uncertainty band (plan/data/vllm.yaml close_call) the verdict is 'too close to call'.
+    Errors that are not about the KV pool (a refused max_model_len, the free-memory check) stay 'does not fit'."""
+    margin = min(p - lay.needed_bytes() for p, lay in zip(c.pools, c.layouts, strict=True)) / GIB
+    if c.error is not None and not c.error.startswith(_KV_ERRORS):
+        return "does not fit", round(margin, 3), None
+    if c.settings.platform != "cuda" or isinstance(c.settings.kv_budget, int):
+        return ("fits" if c.fits else "does not fit"), round(margin, 3), 0.0
+    band = rules.data()["close_call"]
+    pool = min(c.pools) / GIB
+    if "pool" in c.probe_used or "terms" in c.probe_used:
+        unc = max(float(band["probed_floor_gib"]), float(band["probed_pool_frac"]) * max(pool, 0.0))
+    elif c.verdict_reason:  # unified memory, unprobed: the GB10 terms' own spread decides (plan/gb10.py)
+        return c.verdict, round(margin, 3), c.band_gib
+    else:
+        r = min(c.ranks, key=lambda x: x.kv_pool_gib)
+        unc = float(band["floor_gib"]) + float(band["terms_frac"]) * (
+            r.weights_gib + r.activation_gib + r.non_torch_gib + r.cudagraph_gib)
+    if abs(margin) <= unc:
+        return "too close to call", round(margin, 3), round(unc, 3)
+    return ("fits" if c.fits else "does not fit"), round(margin, 3), round(unc, 3)
+
+
+def probe_use(c: Core) -> ProbeUse | None:
+    """The probe the plan used (or the closest one it could not use), for the JSON and the notes."""
+    if c.probe is None:
+        return None
+    p = c.probe.probe
+    measured: dict[str, float | int | None] = {
+        "kv_tokens": p.kv_tokens, "kv_pool_gib": round(p.kv_pool_bytes / GIB, 3) if p.kv_pool_bytes else None,
+        "kv_bytes_per_token": round(p.kv_bytes_per_token, 1) if p.kv_bytes_per_token else None}
+    for name in ("weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib", "cudagraph_estimate_gib"):
+        vals = [getattr(r, name) for r in p.ranks if getattr(r, name) is not None]
+        measured[name] = max(vals) if vals else None
+    alone = core(c.ctx, use_calibration=False)
+    return ProbeUse(key=p.key, path=str(p.path), measured_at=p.when, hosts=p.hosts, hardware=p.hardware,
+                    vllm_build=p.vllm_build, used=list(c.probe_used), differs=c.probe.differs, measured=measured,
+                    estimated_kv_tokens=alone.kv_tokens)
+
+
+def _probe_notes(c: Core, use: ProbeUse | None, verdict: str, margin: float | None, unc: float | None) -> list[str]:
+    name = c.ctx.deployment.recipe.name or "RECIPE"
+    out: list[str] = []
+    if use is not None:
+        differs = f"; differs: {'; '.join(use.differs)}" if use.differs else "; same settings"
+        if use.used:
+            out.append(f"probe {use.key} ({use.measured_at}, {','.join(use.hosts)}, vLLM {use.vllm_build}) used for "
+                       f"{', '.join(use.used)}: measured {use.measured['kv_tokens']:,} KV tokens; the plan says "
+                       f"{c.kv_tokens:,}; the estimator alone says {use.estimated_kv_tokens:,}{differs}")
+        else:
+            out.append(f"closest probe {use.key} ({use.measured_at}, vLLM {use.vllm_build}) not used: a setting that "
+                       f"changes memory differs{differs}; `forklift probe {name}` measures these settings")
+    if verdict == "too close to call" and margin is not None and unc is not None and not c.verdict_reason:
+        out.append(f"too close to call: the smallest KV headroom is {margin:+.2f} GiB, within the plan's uncertainty "
+                   f"of +/-{unc:.2f} GiB; `forklift probe {name}` settles it (starts vLLM on the nodes with dummy "
+                   "weights, stops once the KV cache is sized) and the next plan uses what it measured")
+    return out
+
+
 def _plan(c: Core, applied: list[str]) -> Plan:
     ctx, st = c.ctx, c.settings
     deployment, spec, src = ctx.deployment, ctx.spec, ctx.src
@@ -92,20 +155,21 @@ def _plan(c: Core, applied: list[str]) -> Plan:
     node_ranges = [[ctx.ranges[s] for s in ctx.place.stages_of(n)] for n in range(len(deployment.nodes))]
     files, file_notes = model_files(src.checkpoint_dir, [n.host for n in deployment.nodes], node_ranges,
                                     origin=src.origin)
+    verdict, margin, unc = close_call(c)
+    use = probe_use(c)
+    all_notes += _probe_notes(c, use, verdict, margin, unc)
     return Plan(
         deployment=deployment, decisions=decisions(deployment, applied, kv_budget(c)),
         model=spec.name, architecture=spec.architecture, config_origin=src.origin, recipe=deployment.recipe.name,
         vllm_version=ctx.vr.version if st.platform == "cuda" else "cpu", platform=st.platform, fits=c.fits,
-        error=c.error, verdict=c.verdict,
-        verdict_margin_gib=None if c.margin_gib is None else round(c.margin_gib, 2),
-        verdict_band_gib=c.band_gib, kv_tokens=c.kv_tokens, num_blocks=c.num_blocks, block_size=c.layouts[0].block_size,
+        error=c.error, kv_tokens=c.kv_tokens, num_blocks=c.num_blocks, block_size=c.layouts[0].block_size,
         max_model_len=st.max_model_len, largest_max_model_len=c.largest_len, max_concurrency=round(c.max_conc, 2),
         kv_cache_dtype=_kv_dtype_name(c), gpu_memory_utilization=st.util, runner=st.runner, dp=st.dp,
         max_num_batched_tokens=st.mnbt, max_num_seqs=st.seqs, tp=st.tp, pp=st.pp, dcp=st.dcp,
         pp_partition=st.partition, suggested_pp_partition=suggested,
         weights_total_gib=round(sum(r.weights_gib for r in c.ranks), 2), params_b=round(param_count(spec) / 1e9, 2),
         calibrated=c.calibration is not None, ranks=c.ranks, roofline=roof, advice=advice(c), model_files=files,
-        notes=[*all_notes, *file_notes],
+        notes=[*all_notes, *file_notes], verdict=verdict, kv_margin_gib=margin, uncertainty_gib=unc, probe=use,
     )
 
 
@@ -120,7 +184,21 @@ def _to_apply(c: Core) -> list[str]:
         fitting = [a for a in advice(c) if a.fits and not any("+=" in s for s in a.set)]
         if fitting:
             sets += fitting[0].set
+    pin = probe_pin(c)
+    if pin is not None and not sets:
+        sets.append(pin)
     return sets
+
+
+def probe_pin(c: Core) -> str | None:
+    """``--apply`` with a probe whose pool holds for these settings: pin vLLM's KV budget to the smallest pool it
+    measured (--kv-cache-memory-bytes; vLLM then skips its profiling), where this vLLM has the flag."""
+    st = c.settings
+    if "pool" not in c.probe_used or st.platform != "cuda" or st.kv_budget is not None:
+        return None
+    if not c.ctx.vr.kv_cache_memory_bytes:
+        return None
+    return f"serve.kv_cache_memory_bytes={max(0, min(c.pools))}"
 
 
 def deployment_of(target: Deployment | Recipe) -> Deployment:
@@ -152,12 +230,31 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
     speculative.check(deployment.recipe, vllm_version=vllm_version, default_version=rules.default_version(),
                       model=src.spec)
     vr = rules.rules_for(vllm_version)
-    c = core(context(deployment, src, vr))
+    ctx = context(deployment, src, vr)
+    probed_version = None if vllm_version is not None else _probed_version(ctx)
+    if probed_version is not None:  # no --vllm-version: the release a probe of these nodes ran
+        vr = rules.rules_for(probed_version)
+        ctx = context(deployment, src, vr)
+    c = core(ctx)
     applied = _to_apply(c) if apply else []
     if applied:
         c = core(context(deployment.with_sets(applied), src, vr))
     plan = _plan(c, applied)
+    if probed_version is not None:
+        patch_notes = [f"no --vllm-version: planned for vLLM {probed_version}, the release the probe of these nodes "
+                       "ran", *patch_notes]
     return plan.model_copy(update={"notes": [*plan.notes, *patch_notes]}) if patch_notes else plan
+
+
+def _probed_version(ctx: Context) -> str | None:
+    """The vLLM release of the closest probe on these GPUs, where it is not the one planned for."""
+    if ctx.st.platform != "cuda":
+        return None
+    found = probe_for(ctx)
+    if found is None:
+        return None
+    base = found.probe.vllm_build.split("+")[0]
+    return base if base != ctx.vr.version else None
 
 
 def _patch_notes(recipe: Recipe) -> list[str]:

@@ -93,6 +93,25 @@ class Decisions(_Frozen):
     """--set items taken from the plan's advice with --apply (already in the plan's deployment)."""
 
 
+class ProbeUse(_Frozen):
+    """The closest ``forklift probe`` of this model on this hardware: which, when, what differs, what was used."""
+
+    key: str
+    path: str
+    measured_at: str
+    hosts: list[str]
+    hardware: list[str]
+    vllm_build: str
+    used: list[str]
+    """What the plan took from it: 'terms' (activation, non-torch, CUDA graphs), 'weights', 'pool', 'kv_tokens'.
+    Empty: a setting that changes those differs, so the plan only shows it."""
+    differs: list[str]
+    measured: dict[str, float | int | None]
+    """The probe's own figures: kv_tokens, kv_pool_gib, kv_bytes_per_token, and per-rank maxima of the terms."""
+    estimated_kv_tokens: int
+    """What the estimator alone predicts (no probe, no calibration), to compare with."""
+
+
 class Unplanned(_Frozen):
     """No plan: the planner cannot describe the model or hardware (or a forced start over a layout error).
     ``render`` and ``up`` still work from it; the run record keeps the reason."""
@@ -124,13 +143,6 @@ class Plan(_Frozen):
     error: str | None
     kv_tokens: int
     num_blocks: int
-    verdict: Literal["fits", "does not fit", "too close to call"] = "fits"
-    """``fits`` says whether vLLM's arithmetic on the planned terms starts; ``verdict`` whether the plan can say so
-    given the spread of the terms it has not verified for this hardware (unified memory so far): "too close to
-    call" names ``forklift probe`` in the notes."""
-    verdict_margin_gib: float | None = None
-    """The tightest rank's KV pool less one max_model_len request, GiB (unified memory)."""
-    verdict_band_gib: float | None = None
     block_size: int
     max_model_len: int
     largest_max_model_len: int
@@ -156,6 +168,15 @@ class Plan(_Frozen):
     model_files: ModelFiles | None = None
     """None when the model's files are not on this machine (a note says why); never guessed."""
     notes: list[str]
+    verdict: Literal["fits", "too close to call", "does not fit"] = "fits"
+    """``fits`` says whether vLLM's arithmetic on the planned terms starts; ``verdict`` whether the plan can say so:
+    'too close to call' when the smallest rank's KV headroom is within the plan's uncertainty (either sign), or on
+    unified memory inside the spread of the GB10 terms (plan/gb10.py); the notes name ``forklift probe``."""
+    kv_margin_gib: float | None = None
+    """Smallest KV pool minus what one max_model_len request needs, over ranks (negative: short)."""
+    uncertainty_gib: float | None = None
+    """How far the pool may be off (plan/data/vllm.yaml close_call): the band the verdict uses."""
+    probe: ProbeUse | None = None
 
     @property
     def decode_tok_s_single(self) -> float:
@@ -168,6 +189,7 @@ class Plan(_Frozen):
         head = {
             "model": data.pop("model"),
             "fits": data.pop("fits"),
+            "verdict": data.pop("verdict"),
             "kv_tokens": data.pop("kv_tokens"),
             "max_concurrency": round(data.pop("max_concurrency"), 2),
             "decode_tok_s_single": round(self.roofline.decode_tok_s_single, 2),

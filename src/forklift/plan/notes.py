@@ -52,7 +52,11 @@ def _platform_notes(core: Core) -> list[str]:
     notes = [f"vLLM {vr.version} (rules '{vr.matched}'): {st.runner.upper()} model runner; CUDA-graph estimate "
              + (f"{rank.cudagraph_gib:.2f} GiB subtracted before sizing the KV pool" if rank.cudagraph_subtracted else
                 "not subtracted" + (" (enforce_eager)" if st.eager else " (this runner does not estimate it)"))]
-    if core.calibration is None:
+    if "terms" in core.probe_used and core.probe is not None:
+        weights = " and weights" if "weights" in core.probe_used else ""
+        notes.append(f"activation, non-torch and CUDA-graph terms{weights} measured by probe {core.probe.probe.key}, "
+                     "not estimated")
+    elif core.calibration is None:
         notes.append(f"activation {rank.activation_gib:.2f} GiB = the profile run's peak at max_num_batched_tokens "
                      f"{st.mnbt:,} (MoE workspace, MLA/indexer buffers) or the dummy sampler over max_num_seqs "
                      f"{st.seqs:,} x {ctx.spec.vocab_size:,} logits, whichever is larger; CUDA graphs for max_num_seqs "

@@ -35,6 +35,10 @@ _NO_MEMORY = re.compile(r"No available memory for the cache blocks")
 _FREE_ERROR = re.compile(rf"Free memory on device \({_NUM}/{_NUM} GiB\) on startup is less than desired")
 _MAMBA_BLOCKS = re.compile(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)")
 _RUNNER = re.compile(r"Using V2 Model Runner")
+_CPU_KV = re.compile(rf"Explicitly set \({_NUM}/{_NUM}\) GiB for KV cache")
+_DESIRED = re.compile(rf"Free memory on device \({_NUM}/{_NUM} GiB\) on startup\. Desired GPU memory utilization is "
+                      rf"\({_NUM}, {_NUM} GiB\)")
+_CAPTURED = re.compile(rf"Graph capturing finished in {_NUM} secs?, took {_NUM} GiB")
 _VERSION = re.compile(r"version (\d+\.\d+\.\d+\S*)")
 _ARGS = re.compile(r"non-default args: (\{.*\})")
 
@@ -68,6 +72,14 @@ class LogFacts(BaseModel):
     needed_kv_gib: float | None = None
     max_len_estimate: int | None = None
     per_stage_activation: dict[int, float] = {}
+    cpu_kv_gib: float | None = None
+    """vLLM-CPU: the KV space it set (VLLM_CPU_KVCACHE_SPACE), from 'Explicitly set (N/M) GiB for KV cache'."""
+    memory_total_gib: float | None = None
+    """The device's total memory as vLLM read it (GPU: cudaMemGetInfo's total; CPU: the node's memory)."""
+    requested_gib: float | None = None
+    """GPU: utilization x total, the memory vLLM asked for ('Desired GPU memory utilization is (U, N GiB)')."""
+    graph_capture_gib: float | None = None
+    """'Graph capturing finished in N secs, took M GiB': CUDA-graph capture is done."""
 
     @property
     def fits(self) -> bool | None:
@@ -112,6 +124,14 @@ def _kv_lines(line: str, data: dict[str, Any]) -> None:
         data["graphs"] = (int(m.group(1)), int(m.group(2)))
     if _RUNNER.search(line):
         data["runner"] = "v2"
+    if m := _CPU_KV.search(line):
+        data["cpu_kv_gib"] = _f(m.group(1))
+        data["memory_total_gib"] = _f(m.group(2))
+    if m := _DESIRED.search(line):
+        data["memory_total_gib"] = _f(m.group(2))
+        data["requested_gib"] = _f(m.group(4))
+    if m := _CAPTURED.search(line):
+        data["graph_capture_gib"] = max(_f(m.group(2)), data.get("graph_capture_gib", 0.0))
     if (m := _NEED.search(line)) and "error" not in data:
         data["error"] = "kv"
         data["needed_kv_gib"] = _f(m.group(2))
