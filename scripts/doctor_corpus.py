@@ -36,7 +36,7 @@ from benchmarks._doctor_corpus import (  # noqa: E402
     thread_hash,
 )
 
-from forklift.doctor.model import Category  # noqa: E402
+from forklift.doctor.findings import Category  # noqa: E402
 
 KEYS = ("source", "thread", "kind", "input", "category", "cause", "fix", "confidence", "vllm_version",
         "hardware", "collected", "collector", "note")

@@ -33,12 +33,12 @@ import doctor_train as t  # noqa: E402
 import numpy as np  # noqa: E402
 from sklearn.model_selection import GroupKFold  # noqa: E402
 
-from forklift.doctor import engine  # noqa: E402
-from forklift.doctor.engine import Source, diagnose_sources  # noqa: E402
+from forklift.doctor import diagnosis as engine  # noqa: E402
+from forklift.doctor.diagnosis import Source, diagnose_sources  # noqa: E402
 from forklift.doctor.features import terms, window_text  # noqa: E402
 from forklift.doctor.kb import load_rules  # noqa: E402
 from forklift.doctor.match import Matcher, rank  # noqa: E402
-from forklift.doctor.model import Finding  # noqa: E402
+from forklift.doctor.findings import Finding  # noqa: E402
 from forklift.doctor.scan import scan_text  # noqa: E402
 
 

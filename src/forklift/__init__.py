@@ -29,14 +29,14 @@ if TYPE_CHECKING:
     from forklift.check.result import Report as CheckReport
     from forklift.cluster.diagnose import RunDiagnosis, diagnose_run
     from forklift.cluster.up import UpResult, up
-    from forklift.doctor.engine import diagnose
-    from forklift.doctor.model import Finding
+    from forklift.doctor.diagnosis import diagnose
+    from forklift.doctor.findings import Finding
     from forklift.endpoint.target import Target
     from forklift.errors import ForkliftError
-    from forklift.plan.model import Plan, Unplanned
+    from forklift.plan.result import Plan, Unplanned
     from forklift.recipe.deployment import Deployment
     from forklift.recipe.schema import Recipe
-    from forklift.record.model import RankState, RunRecord
+    from forklift.record.run_record import RankState, RunRecord
     from forklift.results import CheckResult
 
 _HOMES: dict[str, tuple[str, str | None]] = {
@@ -45,19 +45,19 @@ _HOMES: dict[str, tuple[str, str | None]] = {
     "CheckReport": ("forklift.check.result", "Report"),
     "CheckResult": ("forklift.results", "CheckResult"),
     "Deployment": ("forklift.recipe.deployment", "Deployment"),
-    "Finding": ("forklift.doctor.model", "Finding"),
+    "Finding": ("forklift.doctor.findings", "Finding"),
     "ForkliftError": ("forklift.errors", "ForkliftError"),
-    "Plan": ("forklift.plan.model", "Plan"),
-    "RankState": ("forklift.record.model", "RankState"),
+    "Plan": ("forklift.plan.result", "Plan"),
+    "RankState": ("forklift.record.run_record", "RankState"),
     "Recipe": ("forklift.recipe.schema", "Recipe"),
     "RunDiagnosis": ("forklift.cluster.diagnose", "RunDiagnosis"),
-    "RunRecord": ("forklift.record.model", "RunRecord"),
+    "RunRecord": ("forklift.record.run_record", "RunRecord"),
     "Target": ("forklift.endpoint.target", "Target"),
-    "Unplanned": ("forklift.plan.model", "Unplanned"),
+    "Unplanned": ("forklift.plan.result", "Unplanned"),
     "UpResult": ("forklift.cluster.up", "UpResult"),
     "bench": ("forklift.bench", None),
     "check": ("forklift.check", None),
-    "diagnose": ("forklift.doctor.engine", "diagnose"),
+    "diagnose": ("forklift.doctor.diagnosis", "diagnose"),
     "diagnose_run": ("forklift.cluster.diagnose", "diagnose_run"),
     "plan": ("forklift.plan", None),
     "up": ("forklift.cluster.up", "up"),

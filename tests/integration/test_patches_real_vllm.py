@@ -223,7 +223,7 @@ def test_cli_apply_status_revert_on_a_copy(installed_copy: Path) -> None:
 
 def test_local_runner_locates_vllm_without_importing_it(installed_copy: Path, monkeypatch: pytest.MonkeyPatch,
                                                         ) -> None:
-    info = patches.engine.locate(LocalRunner(), sys.executable)
+    info = patches.operations.locate(LocalRunner(), sys.executable)
     assert Path(info["root"]) == installed_root() and info["version"] == "0.32.0"
     monkeypatch.setenv("FORKLIFT_VLLM_DIR", str(installed_copy))
     before = snapshot(installed_copy)

@@ -125,7 +125,7 @@ def check_cmd(
     long-context recall, parity, auth.
     Exits 0 when every check is ok, warn or skip, 1 when one failed, 2 when the checks could not run."""
     from forklift import check
-    from forklift.cli.checks import print_checks, print_progress
+    from forklift.cli.check_table import print_checks, print_progress
 
     if quick and full:
         raise CheckError("--quick and --full exclude each other", fix="Pass one of them.")

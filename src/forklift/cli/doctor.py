@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from forklift.cli.checks import print_checks
+from forklift.cli.check_table import print_checks
 from forklift.cli.common import JsonOpt, console, print_json, render_error
 from forklift.doctor import (
     Context,

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from forklift import net
-from forklift.cli.checks import print_checks
+from forklift.cli.check_table import print_checks
 from forklift.cli.common import JsonOpt, SetOpt, console, err_console, print_json
 from forklift.net import apply as net_apply
 from forklift.results import worst

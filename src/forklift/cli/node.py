@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from forklift import node
-from forklift.cli.checks import print_checks
+from forklift.cli.check_table import print_checks
 from forklift.cli.common import JsonOpt, console, err_console, print_json
 from forklift.errors import ForkliftError, RecipeError
 from forklift.hardware.profiles import node_profile

@@ -11,7 +11,7 @@ from rich.table import Table
 from forklift import patches
 from forklift.cli.common import JsonOpt, console, print_json
 from forklift.patches.core import PatchState
-from forklift.patches.engine import Tree
+from forklift.patches.operations import Tree
 from forklift.runner import LocalRunner
 from forklift.runner.ssh import SshRunner
 

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from forklift.cli.checks import print_checks, print_warnings
+from forklift.cli.check_table import print_checks, print_warnings
 from forklift.cli.common import (
     ApplyOpt,
     ForceOpt,

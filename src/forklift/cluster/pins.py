@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forklift.distribution.modelfiles import hub_snapshot, pulled_commit
-from forklift.launch.model import Launch
+from forklift.launch.launch_spec import Launch
 from forklift.launch.render import expand_home, python_for
 from forklift.patches import recipes as recipe_patches
 from forklift.recipe.schema import DockerRuntime, Recipe

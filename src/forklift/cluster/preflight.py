@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forklift.cluster.engine import PROBE, vllm_version
+from forklift.cluster.vllm_install import PROBE, vllm_version
 from forklift.distribution.modelfiles import HASHED, Listing, needed_files, remote_listing
 from forklift.errors import EngineNotInstalledError, ForkliftError, PreflightError
 from forklift.host import remote

@@ -15,7 +15,7 @@ from pathlib import Path
 from forklift.cluster.ready import check_alive, fail
 from forklift.errors import ForkliftError
 from forklift.host import remote
-from forklift.launch.model import Launch, NodePaths, RankLaunch
+from forklift.launch.launch_spec import Launch, NodePaths, RankLaunch
 from forklift.launch.render import LAUNCHER_FILE, python_for
 from forklift.patches.recipes import container_files
 from forklift.recipe.schema import Recipe

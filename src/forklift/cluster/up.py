@@ -40,7 +40,7 @@ from forklift.hardware.profiles import node_profile
 from forklift.host import procs
 from forklift.launch.flags import API_KEY_VAR
 from forklift.launch.hosts import runners_for
-from forklift.launch.model import Launch, NodePaths
+from forklift.launch.launch_spec import Launch, NodePaths
 from forklift.launch.render import python_for, render
 from forklift.model.resolve import hf_cache_path, local_path
 from forklift.node import preflight as node_preflight

@@ -12,11 +12,11 @@ from forklift.doctor.advice import PlannerView, kv_advice, planner_numbers
 from forklift.doctor.checks import to_checks
 from forklift.doctor.classify import Classifier, load_classifier
 from forklift.doctor.context import Context, phase_of
-from forklift.doctor.engine import Source, diagnose, diagnose_report, diagnose_sources
+from forklift.doctor.diagnosis import Source, diagnose, diagnose_report, diagnose_sources
+from forklift.doctor.findings import Category, CategoryInfo, Finding, Line, Report, Rule
 from forklift.doctor.kb import load_categories, load_rules
 from forklift.doctor.lines import iter_binary, iter_text
 from forklift.doctor.match import Matcher, version_applies
-from forklift.doctor.model import Category, CategoryInfo, Finding, Line, Report, Rule
 from forklift.doctor.scan import Excerpt, scan_bytes, scan_stream, scan_text
 
 __all__ = [

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from forklift.doctor.findings import Finding, Report
 from forklift.doctor.kb import load_categories
-from forklift.doctor.model import Finding, Report
 from forklift.results import CheckResult, Evidence
 
 ALTERNATIVE = 0.05

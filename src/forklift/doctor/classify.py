@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from forklift.doctor.features import terms, vector
-from forklift.doctor.model import Line
+from forklift.doctor.findings import Line
 from forklift.errors import DoctorError
 
 FORMAT = "forklift-doctor-linear/1"

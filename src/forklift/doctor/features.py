@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from forklift.doctor.anchors import anchors
-from forklift.doctor.model import Line
+from forklift.doctor.findings import Line
 
 WINDOW_HEAD = 120
 WINDOW_TAIL = 280

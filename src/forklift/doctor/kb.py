@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from forklift.doctor.model import CategoryInfo, Rule
+from forklift.doctor.findings import CategoryInfo, Rule
 from forklift.errors import DoctorError
 from forklift.yamlio import load_data
 
@@ -43,7 +43,7 @@ def _parse(name: str, text: str) -> list[Rule]:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             raise DoctorError(f"doctor rules {name}: rule {rid}: {where}: {first['msg']}",
-                              fix="Correct that rule; see forklift/doctor/model.py for the fields.") from exc
+                              fix="Correct that rule; see forklift/doctor/findings.py for the fields.") from exc
     return out
 
 

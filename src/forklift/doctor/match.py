@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from forklift.doctor.advice import kv_advice
+from forklift.doctor.findings import SEVERITY_RANK, Finding, Line, Rule
 from forklift.doctor.kb import load_rules
-from forklift.doctor.model import SEVERITY_RANK, Finding, Line, Rule
 from forklift.doctor.screen import build as build_screen
 
 MAX_QUOTED = 6

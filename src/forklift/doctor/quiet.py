@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from forklift.doctor.context import PHASES
-from forklift.doctor.model import Line
+from forklift.doctor.findings import Line
 
 SERVING = dict(PHASES)["serving"]
 STOP = re.compile(

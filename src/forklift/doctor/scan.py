@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from forklift.doctor.findings import Line
 from forklift.doctor.lines import MAX_LINE, clean
-from forklift.doctor.model import Line
 from forklift.doctor.screen import Screen, default_screen
 
 CHUNK = 4 << 20

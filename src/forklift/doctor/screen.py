@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from forklift.doctor.anchors import PROBE, anchors
-from forklift.doctor.model import Rule
+from forklift.doctor.findings import Rule
 
 FAILURE_WORDS = (
     "error", "exception", "traceback", "fatal", "critical", "killed", "fail", "panic", "abort", "segmentation",

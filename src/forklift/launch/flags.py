@@ -7,7 +7,7 @@ Typed recipe knobs become flags one for one (null means vLLM's default, so no fl
 from __future__ import annotations
 
 from forklift import speculative
-from forklift.plan.model import Decisions
+from forklift.plan.result import Decisions
 from forklift.recipe.schema import Node, Recipe, Serve
 
 API_KEY_VAR = "VLLM_API_KEY"

@@ -11,7 +11,7 @@ from typing import Any
 from forklift.errors import RecipeError
 from forklift.launch.flags import engine_args, rank_env
 from forklift.launch.render import model_paths
-from forklift.plan.model import Decisions, Plan, Unplanned
+from forklift.plan.result import Decisions, Plan, Unplanned
 from forklift.recipe.schema import DockerRuntime, Recipe
 
 DEFAULT_IMAGE = "vllm/vllm-openai:latest"

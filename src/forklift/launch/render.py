@@ -16,10 +16,10 @@ from forklift.errors import RecipeError
 from forklift.hardware.profiles import get as hardware_profile
 from forklift.launch.docker import LAUNCHER_IN_CONTAINER, container_name, docker_argv
 from forklift.launch.flags import API_KEY_VAR, engine_args, node_network_env, rank_env
-from forklift.launch.model import Launch, NodePaths, RankLaunch, Role
+from forklift.launch.launch_spec import Launch, NodePaths, RankLaunch, Role
 from forklift.model.bundled import target_dir as bundled_dir
 from forklift.patches import recipes as recipe_patches
-from forklift.plan.model import Plan, Unplanned
+from forklift.plan.result import Plan, Unplanned
 from forklift.recipe.schema import DockerRuntime, Node, Recipe
 
 __all__ = ["API_KEY_VAR", "LAUNCHER_FILE", "LAUNCHER_MODULE", "engine_args", "expand_home", "model_paths",

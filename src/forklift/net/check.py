@@ -15,8 +15,8 @@ from forklift.net import derive, gather, probe, store
 from forklift.net import verdicts_node as vn
 from forklift.net import verdicts_pair as vp
 from forklift.net.derive import NodeSettings
-from forklift.net.model import Bandwidth, NodeNet, PortProbe, Route, to_json
 from forklift.net.target import Target
+from forklift.net.topology import Bandwidth, NodeNet, PortProbe, Route, to_json
 from forklift.recipe.schema import Recipe
 from forklift.results import CheckResult
 from forklift.runner import Runner, fan_out

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from forklift.net.model import Interface, NodeNet, Route
+from forklift.net.topology import Interface, NodeNet, Route
 
 VIRTUAL_PREFIXES = ("docker", "br-", "virbr", "veth", "cni", "flannel", "cali", "vxlan", "tun", "tap", "lxc")
 

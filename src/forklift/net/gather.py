@@ -15,7 +15,7 @@ from typing import Any
 from forklift.errors import ForkliftError, RunnerError
 from forklift.launch.render import python_for
 from forklift.net import parse
-from forklift.net.model import NodeNet, Route
+from forklift.net.topology import NodeNet, Route
 from forklift.recipe.schema import DockerRuntime, Recipe
 from forklift.runner import Runner, fan_out
 

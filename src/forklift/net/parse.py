@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from forklift.host.parse import listening_ports
-from forklift.net.model import Address, Gid, Interface, NcclLib, NodeNet, RdmaDevice, RdmaPort
+from forklift.net.topology import Address, Gid, Interface, NcclLib, NodeNet, RdmaDevice, RdmaPort
 
 _IBV_GID = re.compile(r"GID\[\s*(\d+)\]:\s*([0-9a-fA-F:.]+)(?:,\s*(.+))?")
 _IBV_KV = re.compile(r"^\s*([a-z_]+):\s*(.*)$")

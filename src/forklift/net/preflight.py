@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from forklift.hardware.profiles import network as network_profile
 from forklift.launch.render import node_addr
 from forklift.net import parse, store
-from forklift.net.model import NodeNet
 from forklift.net.nccl_env import matches, rank_env
+from forklift.net.topology import NodeNet
 from forklift.recipe.schema import Recipe
 from forklift.results import CheckResult
 from forklift.runner import Runner, fan_out

@@ -14,7 +14,7 @@ from typing import Any
 
 from forklift.net import parse
 from forklift.net.gather import host_python, program_source, run_program
-from forklift.net.model import Bandwidth, NodeNet, PortProbe
+from forklift.net.topology import Bandwidth, NodeNet, PortProbe
 from forklift.recipe.schema import Recipe
 from forklift.runner import Runner, fan_out
 

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from forklift.hardware.profiles import NetworkProfile
 from forklift.hardware.profiles import get as hardware_profile
 from forklift.net.derive import NodeSettings
-from forklift.net.model import Interface, NodeNet
 from forklift.net.nccl_env import matches, rank_env
 from forklift.net.parse import version_tuple
+from forklift.net.topology import Interface, NodeNet
 from forklift.recipe.schema import Recipe
 from forklift.results import CheckResult
 

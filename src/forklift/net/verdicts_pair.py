@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from forklift.hardware.profiles import NetworkProfile
-from forklift.net.model import Bandwidth, NodeNet, PortProbe, Route
+from forklift.net.topology import Bandwidth, NodeNet, PortProbe, Route
 from forklift.results import CheckResult, Status
 
 DEGRADED = 0.3

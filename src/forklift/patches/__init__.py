@@ -1,14 +1,15 @@
 """vLLM source patches that know their versions, detect drift, and revert byte for byte.
 
 Patches are data (``catalog/*.yaml``, see ``spec``); ``core`` is the engine (standard library only,
-it also runs on nodes and in containers); ``engine`` holds the targets and operations; ``releases``
+it also runs on nodes and in containers); ``operations`` holds the targets and operations; ``releases``
 fetches published releases for compatibility checks; ``entrypoint`` renders the docker wrapper.
 """
 
 from __future__ import annotations
 
 from forklift.errors import PatchConflictError, PatchReadOnlyError, PatchVerifyError, PatchVersionError
-from forklift.patches.engine import (
+from forklift.patches.entrypoint import render_entrypoint
+from forklift.patches.operations import (
     AppliedPatch,
     CompatReport,
     PatchedFile,
@@ -23,7 +24,6 @@ from forklift.patches.engine import (
     status,
     verify,
 )
-from forklift.patches.entrypoint import render_entrypoint
 from forklift.patches.spec import Patch, catalog, get, load_patch_file, parse_patch
 
 __all__ = [

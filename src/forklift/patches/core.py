@@ -91,7 +91,7 @@ class PatchDef:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Errors (forklift.patches.engine translates them into forklift's error tree)
+# Errors (forklift.patches.operations translates them into forklift's error tree)
 
 
 class CoreError(Exception):

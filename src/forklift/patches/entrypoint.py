@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from forklift.errors import PatchError
 from forklift.patches.core import SPEC_FORMAT
-from forklift.patches.engine import core_source
+from forklift.patches.operations import core_source
 from forklift.patches.spec import Patch
 
 CONTAINER_PATH = "/forklift/patch-entrypoint.sh"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from forklift.errors import PatchError, RecipeError
 from forklift.patches import core
-from forklift.patches.engine import core_source
+from forklift.patches.operations import core_source
 from forklift.patches.spec import Patch, catalog, get
 from forklift.recipe.schema import PatchRef, Recipe
 

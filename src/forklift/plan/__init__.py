@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from forklift.plan.calibrate import Calibration
 from forklift.plan.layout import pp_partition
 from forklift.plan.make import calibrate_from_log, for_launch, for_recipe, make
-from forklift.plan.model import Advice, Decisions, ModelFiles, NodeFiles, Plan, RankPlan, Roofline, Unplanned
+from forklift.plan.result import Advice, Decisions, ModelFiles, NodeFiles, Plan, RankPlan, Roofline, Unplanned
 
 if TYPE_CHECKING:
     from forklift.plan.startlog import LogFacts, parse_log

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from forklift.errors import ForkliftError, PlanError
 from forklift.plan import layout
-from forklift.plan import memory as mem
+from forklift.plan import weights as mem
 from forklift.plan.core import GIB, Core, context, core, free_check, max_len_error
-from forklift.plan.model import Advice
+from forklift.plan.result import Advice
 from forklift.recipe.deployment import Deployment
 
 Replan = Callable[[Deployment], Core]

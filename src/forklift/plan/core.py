@@ -17,10 +17,10 @@ from forklift.model.load import SpecSource
 from forklift.model.quant import loaded_scheme, online_scheme
 from forklift.model.spec import ModelSpec
 from forklift.plan import calibrate, gb10, kvspecs, layout, probes, rules, terms
-from forklift.plan import memory as mem
+from forklift.plan import weights as mem
 from forklift.plan.kvcache import KvLayout, LayerKv, largest_fitting_len
 from forklift.plan.kvcache import layout as kv_layout
-from forklift.plan.model import RankPlan
+from forklift.plan.result import RankPlan
 from forklift.recipe.deployment import Deployment
 from forklift.speculative import sizing
 

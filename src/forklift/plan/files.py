@@ -12,7 +12,7 @@ from pathlib import Path
 
 from forklift.errors import ModelError
 from forklift.model.files import files_per_node, local_listing, weight_map
-from forklift.plan.model import ModelFiles, NodeFiles
+from forklift.plan.result import ModelFiles, NodeFiles
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 

@@ -19,8 +19,8 @@ from forklift.plan import calibrate, kvspecs, rules
 from forklift.plan.advice import advice, balanced_partition
 from forklift.plan.core import GIB, Context, Core, context, core, probe_for
 from forklift.plan.files import model_files
-from forklift.plan.model import Decisions, Plan, ProbeUse, Roofline, Unplanned
 from forklift.plan.notes import claim_notes, notes, speculative_roofline_notes
+from forklift.plan.result import Decisions, Plan, ProbeUse, Roofline, Unplanned
 from forklift.plan.roofline import StageCost, compute
 from forklift.recipe.deployment import Deployment, from_recipe, resolve
 from forklift.recipe.schema import Recipe

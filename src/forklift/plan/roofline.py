@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from forklift.hardware.profiles import HardwareProfile, NetworkProfile
 from forklift.model.spec import ModelSpec
-from forklift.plan.model import Roofline
+from forklift.plan.result import Roofline
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Run records: the typed, versioned artifact ``up`` writes and every later command reads."""
 
 from forklift.record.lock import RunLock, up_in_progress, writable_state
-from forklift.record.model import SCHEMA_VERSION, PatchPin, Pins, RankState, RunRecord, Status, migrate, run_dir
+from forklift.record.run_record import SCHEMA_VERSION, PatchPin, Pins, RankState, RunRecord, Status, migrate, run_dir
 from forklift.record.store import (
     Salvaged,
     SalvagedRank,

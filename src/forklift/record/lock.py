@@ -13,7 +13,7 @@ from types import TracebackType
 
 from forklift import paths
 from forklift.errors import RunAlreadyRunningError, StateDirError
-from forklift.record.model import validate_name
+from forklift.record.run_record import validate_name
 
 
 def lock_path(name: str) -> Path:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from forklift.record.model import run_dir
+from forklift.record.run_record import run_dir
 from forklift.record.store import benches_dir as benches_dir  # re-exported: where check, bench and canary keep results
 from forklift.record.store import latest_bench as latest_bench
 

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from forklift import paths
 from forklift.errors import RecordNewerError, RunError, RunNotFoundError, UnreadableRecordError
-from forklift.record.model import SCHEMA_VERSION, RunRecord, Status, migrate, run_dir, validate_name
+from forklift.record.run_record import SCHEMA_VERSION, RunRecord, Status, migrate, run_dir, validate_name
 
 
 def load(name: str) -> RunRecord:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from forklift import recipe as recipes
 from forklift.cluster import pins
-from forklift.launch.model import Launch, RankLaunch
+from forklift.launch.launch_spec import Launch, RankLaunch
 from forklift.runner import FakeRunner, LocalRunner
 
 

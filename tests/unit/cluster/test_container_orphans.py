@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from forklift import recipe as recipes
 from forklift.cluster.stop import stop_all
-from forklift.launch.model import Launch
+from forklift.launch.launch_spec import Launch
 from forklift.plan import for_launch
 from forklift.record import RankState, RunRecord
 from forklift.runner import FakeRunner

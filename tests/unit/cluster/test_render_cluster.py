@@ -10,7 +10,7 @@ from forklift import recipe as recipes
 from forklift.cluster.start import ray_node_count
 from forklift.errors import RecipeError
 from forklift.launch.k8s import leader_worker_set
-from forklift.launch.model import NodePaths
+from forklift.launch.launch_spec import NodePaths
 from forklift.launch.render import LAUNCHER_MODULE
 from forklift.plan import for_launch
 from forklift.recipe.schema import Recipe

@@ -34,7 +34,7 @@ def test_every_bundled_recipe_plans_and_renders_without_its_weights(name: str, t
 
 
 def test_render_mounts_expand_the_home_and_never_hand_docker_a_tilde() -> None:
-    from forklift.launch.model import NodePaths
+    from forklift.launch.launch_spec import NodePaths
 
     plan = for_launch(recipes.load("glm-4.7-nvfp4-2x-spark"))
     paths = {0: NodePaths(run_dir="/home/me/run", home="/home/me"), 1: NodePaths(run_dir="/home/you/run",

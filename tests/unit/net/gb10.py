@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from forklift.net import parse
-from forklift.net.model import NodeNet, Route
+from forklift.net.topology import NodeNet, Route
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "net"
 _SSHD = ("  sl  local_address rem_address   st tx_queue rx_queue\n"

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from forklift.net import derive
-from forklift.net.model import NodeNet
+from forklift.net.topology import NodeNet
 from tests.unit.net import gb10
 
 

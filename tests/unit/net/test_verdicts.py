@@ -12,8 +12,8 @@ from forklift.hardware.profiles import network
 from forklift.net import derive, probe
 from forklift.net import verdicts_node as vn
 from forklift.net import verdicts_pair as vp
-from forklift.net.model import Bandwidth, NcclLib, PortProbe, Route
 from forklift.net.nccl_env import matches
+from forklift.net.topology import Bandwidth, NcclLib, PortProbe, Route
 from forklift.recipe import validate
 from tests.unit.net import gb10
 

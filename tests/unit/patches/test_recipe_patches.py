@@ -15,14 +15,14 @@ from pydantic import ValidationError
 from forklift import recipe as recipes
 from forklift.engine import vllm_main
 from forklift.errors import RecipeError
-from forklift.launch.model import NodePaths
+from forklift.launch.launch_spec import NodePaths
 from forklift.patches import core
 from forklift.patches import recipes as recipe_patches
-from forklift.patches.engine import core_source
+from forklift.patches.operations import core_source
 from forklift.plan import for_launch, make
 from forklift.recipe.schema import PatchRef, Recipe
 from tests.helpers import launch_of
-from tests.unit.patches.test_engine import KV, REL, make_tree, snapshot
+from tests.unit.patches.test_operations import KV, REL, make_tree, snapshot
 
 NIGHTLY = "0.1.dev16581+gdda4668b5"
 BECAUSE = "nightly 0.1.dev16581 carries the same kv_cache.py"

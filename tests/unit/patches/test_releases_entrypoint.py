@@ -97,7 +97,7 @@ def test_entrypoint_renders_program_spec_and_exec() -> None:
     text = patches.render_entrypoint(ps, python="/usr/bin/python3")
     assert text.startswith("#!/bin/sh\n")
     assert "applies kv-scale-loader-args, safetensors-fadvise-dontneed" in text
-    assert patches.engine.core_source() in text
+    assert patches.operations.core_source() in text
     assert '"${FORKLIFT_PATCH_PYTHON:-/usr/bin/python3}" -c "$FORKLIFT_PATCH_PROGRAM" entry' in text
     assert text.rstrip().endswith('if [ "$#" -gt 0 ]; then exec "$@"; fi')
     spec_line = next(ln for ln in text.splitlines() if ln.startswith("FORKLIFT_PATCH_SPEC="))

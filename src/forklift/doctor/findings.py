@@ -130,7 +130,7 @@ class Finding:
     category: str
     severity: str
     confidence: float
-    """The probability that this is the cause (calibrated; see ``forklift.doctor.engine``)."""
+    """The probability that this is the cause (calibrated; see ``forklift.doctor.diagnosis``)."""
     cause: str
     fix: str
     lines: list[str]

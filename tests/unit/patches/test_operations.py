@@ -16,7 +16,7 @@ import pytest
 from forklift import patches
 from forklift.errors import PatchError
 from forklift.patches import core
-from forklift.patches.engine import RunnerTree
+from forklift.patches.operations import RunnerTree
 from forklift.runner import Completed
 
 KV = '''import torch
@@ -299,7 +299,7 @@ class InProcessRunner:
             input: str | None = None) -> Completed:
         argv = list(argv)
         self.calls.append(argv)
-        assert argv[1] == "-c" and argv[2] == patches.engine.core_source()
+        assert argv[1] == "-c" and argv[2] == patches.operations.core_source()
         out = io.StringIO()
         with _stdio(out, input or ""):
             rc = core._program(argv[3:])

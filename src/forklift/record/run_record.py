@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field
 
 from forklift import paths
 from forklift.errors import RunNameError, StateDirError
-from forklift.launch.model import Launch
-from forklift.plan.model import Plan, Unplanned
+from forklift.launch.launch_spec import Launch
+from forklift.plan.result import Plan, Unplanned
 from forklift.recipe.deployment import Deployment
 from forklift.recipe.schema import Recipe
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 from forklift.doctor.classify import Classifier, load_classifier
 from forklift.doctor.context import Context, phase_of, priors
 from forklift.doctor.features import failure_line, report_like, window, window_text
+from forklift.doctor.findings import Finding, Line, Report, Rule
 from forklift.doctor.kb import load_categories
 from forklift.doctor.match import MAX_QUOTED, Matcher, default_matcher, rank
-from forklift.doctor.model import Finding, Line, Report, Rule
 from forklift.doctor.quiet import SERVING, Split, split, stalled
 from forklift.doctor.scan import Excerpt, scan_text
 from forklift.errors import DoctorError
