@@ -78,9 +78,10 @@ def up_cmd(recipe: RecipeArg = None, name: NameOpt = None, set_: SetOpt = None, 
     rec = result.record
     supervisor = None
     if supervise:
-        from forklift.supervise import spawn
+        from forklift.supervise import SUPERVISOR_LOG, spawn
 
         supervisor = spawn(rec, mem_before).pid
+        supervisor_log = rec.path().parent / SUPERVISOR_LOG
     if json_out:
         print_json({"name": rec.name, "endpoint": rec.endpoint, "served_name": rec.served_name,
                     "ready_s": result.ready_s, "phases": result.phases, "first_token": result.first_token,
@@ -90,7 +91,7 @@ def up_cmd(recipe: RecipeArg = None, name: NameOpt = None, set_: SetOpt = None, 
     console.print(f"[green]ready[/] {rec.name}: {rec.served_name} at {rec.endpoint}/v1 "
                   f"(vLLM {rec.vllm_version}, ready in {result.ready_s:.1f} s, first token {result.first_token!r})")
     if supervisor is not None:
-        console.print(f"supervised by pid {supervisor} (log {rec.path().parent / 'supervisor.log'}); "
+        console.print(f"supervised by pid {supervisor} (output {supervisor_log}); "
                       f"`forklift status {rec.name}` shows it, `forklift down {rec.name}` stops both", highlight=False)
     console.print(f"next: `forklift check {rec.name}`, `forklift logs {rec.name}`, `forklift down {rec.name}`")
 

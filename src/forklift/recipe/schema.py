@@ -435,10 +435,10 @@ class Supervise(Strict):
     backoff_s: float = Field(default=10.0, ge=0, description="Wait before the first restart in the window; doubled "
                              "for each further one.")
     backoff_max_s: float = Field(default=300.0, ge=0, description="The longest wait between restarts.")
-    memory_check: Literal["auto", "always", "off"] = Field(
+    memory_check: Literal["auto", "always", "never"] = Field(
         default="auto", description="Before a restart, wait until each node's MemAvailable is back within "
         "`memory_margin_gib` of what it was before the start, else refuse to restart. auto: unified-memory nodes "
-        "only (accelerator memory is `down`'s own check).",
+        "only (GB10, CPU: host memory is the engine's; a discrete GPU's memory is `down`'s own check).",
     )
     memory_margin_gib: float = Field(default=2.0, ge=0, description="How far below its pre-start MemAvailable a "
                                      "node may stay and still count as released.")

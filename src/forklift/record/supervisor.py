@@ -19,7 +19,7 @@ from forklift.errors import StateDirError
 from forklift.record.model import run_dir
 
 SupervisorPhase = Literal["starting", "watching", "recovering", "backing-off", "gave-up", "stopped"]
-EventKind = Literal["started", "failure", "restart", "recovered", "give-up", "stopped", "refused"]
+EventKind = Literal["started", "failure", "down", "restart", "recovered", "give-up", "stopped"]
 
 
 class Incident(BaseModel):

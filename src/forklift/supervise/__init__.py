@@ -17,7 +17,8 @@ from forklift.record.supervisor import SupervisorState, load_state, save_state
 from forklift.runner import LocalRunner, Runner
 from forklift.supervise.loop import Supervisor, baseline
 
-SUPERVISOR_LOG = "supervisor.log"
+SUPERVISOR_LOG = "supervisor.out"
+"""The supervisor's output beside the record (not *.log: `up` moves the previous start's logs aside)."""
 
 
 def command(name: str, python: str | None = None) -> list[str]:

@@ -39,6 +39,8 @@ from forklift.supervise import hooks, policy
 
 Say = Callable[[str], None]
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
+CONFIRM_S = 5.0
+"""The wait before the probe that confirms a failure which is not a dead rank."""
 NODE_WAIT_S = 10.0
 """Between attempts to reach every node at supervisor start (after a reboot a worker may come up later)."""
 
@@ -122,18 +124,34 @@ class Supervisor:
 
     def check(self) -> str | None:
         """None while the run serves; otherwise what is wrong, one line."""
-        st = status(self.record, self.runners)
-        if st.status != "ready":
-            return f"{st.status}: " + ("; ".join(st.problems) or f"record status {self.record.status}")
+        found = self._processes()
+        if found is not None:
+            return found
         try:
             key = api_key(self.record.api_key_env, who=f"the supervisor of '{self.name}'")
             with Endpoint(self.record.endpoint, api_key=key, timeout=self.cfg.token_timeout_s) as endpoint:
                 endpoint.first_token(self.record.served_name, max_tokens=2, timeout=self.cfg.token_timeout_s)
         except httpx.TimeoutException:
-            return f"hung: /health answers but no token streamed within {self.cfg.token_timeout_s:g} s"
-        except (httpx.HTTPError, EndpointError) as exc:
-            return f"the probe request failed: {type(exc).__name__}: {exc}"
+            return self._processes() or (f"hung: /health answers but no token streamed within "
+                                         f"{self.cfg.token_timeout_s:g} s")
+        except (httpx.HTTPError, EndpointError) as exc:  # a rank that died mid-probe says so better than the socket
+            return self._processes() or f"the probe request failed: {type(exc).__name__}: {exc}"
         return None
+
+    def confirmed(self, cause: str | None) -> str | None:
+        """A dead rank is acted on at once; a slow /health or a failed probe only when the next probe, a few seconds
+        later, fails too (a loaded machine answers late once in a while: restarting for it would cost minutes)."""
+        if cause is None or cause.startswith("dead"):
+            return cause
+        self.say(f"probe failed ({cause}); probing again before acting")
+        self.sleep(min(self.cfg.interval_s, CONFIRM_S))
+        return self.check()
+
+    def _processes(self) -> str | None:
+        st = status(self.record, self.runners)
+        if st.status == "ready":
+            return None
+        return f"{st.status}: " + ("; ".join(st.problems) or f"record status {self.record.status}")
 
     def _boot_id(self) -> str | None:
         res = self.runners[0].run(["cat", BOOT_ID], timeout=15)
@@ -172,7 +190,7 @@ class Supervisor:
 
     def stop_deployment(self) -> None:
         result = down(self.record, runners=self.runners)
-        self.event("stopped", f"stopped the deployment in {result.seconds:.1f} s (ranks alive before: "
+        self.event("down", f"stopped the deployment in {result.seconds:.1f} s (ranks alive before: "
                    f"{result.stopped_ranks or 'none'})")
 
     def memory_gate(self) -> str | None:
@@ -295,7 +313,7 @@ class Supervisor:
             while True:
                 self.sleep(self.cfg.interval_s)
                 self.record = load(self.name)
-                cause = self.check()
+                cause = self.confirmed(self.check())
                 if cause is not None:
                     self.recover(cause)
         except KeyboardInterrupt:

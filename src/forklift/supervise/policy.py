@@ -96,7 +96,7 @@ def memory_back(baseline: Mapping[str, int], now: Mapping[str, int | None], marg
 
 def gated_hosts(hosts: Sequence[str], unified: Sequence[bool], mode: str) -> list[str]:
     """The hosts whose MemAvailable gates a restart: unified-memory ones with ``auto``, all with ``always``."""
-    if mode == "off":
+    if mode == "never":
         return []
     return [h for h, u in zip(hosts, unified, strict=True) if u or mode == "always"]
 

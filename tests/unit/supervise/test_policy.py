@@ -70,7 +70,7 @@ def test_which_hosts_the_memory_gate_reads() -> None:
     hosts, unified = ["spark1", "h100"], [True, False]
     assert policy.gated_hosts(hosts, unified, "auto") == ["spark1"]
     assert policy.gated_hosts(hosts, unified, "always") == hosts
-    assert policy.gated_hosts(hosts, unified, "off") == []
+    assert policy.gated_hosts(hosts, unified, "never") == []
 
 
 def test_recipe_supervise_section_is_typed_and_refuses_unknown_keys() -> None:

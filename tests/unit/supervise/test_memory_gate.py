@@ -1,0 +1,69 @@
+"""The memory gate as the supervisor runs it: a node whose MemAvailable does not come back blocks the restart with
+a message naming the node, both figures and the margin (nodes answered by a FakeRunner; the clock is fake)."""
+
+from __future__ import annotations
+
+import pytest
+
+from forklift.errors import SupervisorGaveUpError
+from forklift.plan import for_launch
+from forklift.recipe import resolve
+from forklift.record import RunRecord
+from forklift.record.supervisor import SupervisorState, load_state, read_events, save_state
+from forklift.runner.fake import FakeRunner
+from forklift.supervise import Supervisor
+from tests.helpers import launch_of
+
+GIB = 1 << 30
+
+
+def _meminfo(available_gib: float) -> str:
+    return f"MemTotal: {128 * 1024 * 1024} kB\nMemAvailable: {int(available_gib * 1024 * 1024)} kB\n"
+
+
+def _supervisor(available: list[float], *sets: str) -> tuple[Supervisor, FakeRunner]:
+    plan = for_launch(resolve("default", ["supervise.memory_wait_s=6", "supervise.memory_margin_gib=2", *sets]),
+                      force=True)
+    RunRecord(name="gate", run_id="abc", plan=plan, launch=launch_of("default", "/m", run_id="abc"),  # type: ignore[arg-type]
+              endpoint="http://127.0.0.1:8000", served_name="smollm2").save()
+    save_state(SupervisorState(name="gate", baseline_mem_available={"localhost": 100 * GIB}))
+    figures = iter(available)
+    runner = FakeRunner().on(["cat", "/proc/meminfo"], stdout=lambda argv: _meminfo(next(figures)))
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    return Supervisor("gate", runners={0: runner}, sleep=sleep, clock=lambda: now[0]), runner
+
+
+def test_memory_that_comes_back_within_the_wait_lets_the_restart_go() -> None:
+    sup, runner = _supervisor([80, 90, 99], "supervise.memory_check=always")
+    assert sup.memory_gate() is None
+    assert len(runner.ran("cat", "/proc/meminfo")) == 3
+
+
+def test_memory_that_stays_away_blocks_the_restart_and_says_why() -> None:
+    sup, _ = _supervisor([60, 61, 62, 63, 64, 65], "supervise.memory_check=always")
+    short = sup.memory_gate()
+    assert short == "localhost: MemAvailable 63.0 GiB, 100.0 GiB before the start (margin 2 GiB)"
+    err = sup.give_up(f"refusing to restart: memory did not come back within 6 s: {short}")
+    assert isinstance(err, SupervisorGaveUpError) and err.exit_code == 3 and "63.0 GiB" in err.message
+    state = load_state("gate")
+    assert state is not None and state.state == "gave-up" and "refusing to restart" in (state.gave_up or "")
+    assert [e["kind"] for e in read_events("gate")] == ["give-up"]
+
+
+def test_auto_reads_only_unified_memory_nodes() -> None:
+    """Host memory is the engine's memory on GB10 and on CPU (`hardware: cpu` is unified); a discrete GPU's
+    memory is `down`'s own check."""
+    sup, runner = _supervisor([10], "supervise.memory_check=auto", "nodes.0.hardware=h100")
+    assert sup.memory_gate() is None and not runner.calls
+    spark, runner = _supervisor([10, 10, 10, 10, 10], "supervise.memory_check=auto", "nodes.0.hardware=gb10")
+    assert spark.memory_gate() is not None and runner.calls
+
+
+@pytest.mark.parametrize("mode", ["never"])
+def test_never_reads_no_memory(mode: str) -> None:
+    sup, runner = _supervisor([10], f"supervise.memory_check={mode}", "nodes.0.hardware=gb10")
+    assert sup.memory_gate() is None and not runner.calls
