@@ -25,9 +25,10 @@ def _print_plan(plan: object, json_out: bool) -> None:
         print_json(plan.to_json())
         return
     for action in plan.actions:
-        console.print("$ " + " ".join(action.argv), highlight=False, markup=False)
+        console.print("$ " + " ".join(action.argv), highlight=False, markup=False, soft_wrap=True)
         if action.shown:
-            console.print("  " + action.shown.rstrip("\n").replace("\n", "\n  "), highlight=False, markup=False)
+            console.print("  " + action.shown.rstrip("\n").replace("\n", "\n  "), highlight=False, markup=False,
+                          soft_wrap=True)
 
 
 @app.command("install")

@@ -88,16 +88,16 @@ def _print_supervisor(sup: dict[str, object]) -> None:
     running = "running" if sup["running"] else "not running"
     console.print(f"  supervisor: {sup['state']} ({running}, pid {sup['pid']}), restarts in the window "
                   f"{sup['restarts_in_window']}/{sup['max_restarts']} ({sup['restarts_total']} in all)",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     if sup.get("last_cause"):
         finding = f"; doctor: {sup['last_finding']}" if sup.get("last_finding") else ""
         console.print(f"    last cause ({_ago(sup['last_cause_at'])}): {escape(str(sup['last_cause']))}"
-                      f"{escape(finding)}", highlight=False)
+                      f"{escape(finding)}", highlight=False, soft_wrap=True)
     if sup.get("last_recovery_at"):
         console.print(f"    recovered {_ago(sup['last_recovery_at'])}, {sup['last_recovery_s']} s after the failure",
-                      highlight=False)
+                      highlight=False, soft_wrap=True)
     if sup.get("gave_up"):
-        console.print(f"    [bold red]gave up[/]: {escape(str(sup['gave_up']))}", highlight=False)
+        console.print(f"    [bold red]gave up[/]: {escape(str(sup['gave_up']))}", highlight=False, soft_wrap=True)
 
 
 def _status_all(json_out: bool) -> None:

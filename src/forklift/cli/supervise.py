@@ -22,7 +22,7 @@ def supervise_cmd(name: NameArg = None) -> None:
 
     supervisor = Supervisor(resolve_name(name), say=say)
     note = supervisor.run(os.getpid())
-    console.print(note, highlight=False)
+    console.print(note, highlight=False, soft_wrap=True)
     raise typer.Exit(0)
 
 

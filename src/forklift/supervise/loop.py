@@ -294,12 +294,10 @@ class Supervisor:
 
     def run(self, pid: int) -> str:
         """Supervise until SIGTERM (KeyboardInterrupt) or give-up (SupervisorGaveUpError). Returns at once, saying
-        why, when the run was stopped with `forklift down` (a unit started at boot must not undo that)."""
+        why, when the run was stopped (`forklift down`, or a give-up): a unit started at boot must not undo that."""
         if self.record.status == "stopped":
-            self.state.pid = pid
-            self._save("stopped")
-            return (f"{self.name} was stopped (`forklift down`); nothing to supervise. Start it with "
-                    f"`forklift up --supervise`.")
+            why = f" (the supervisor gave up: {self.state.gave_up})" if self.state.state == "gave-up" else ""
+            return (f"{self.name} was stopped{why}; nothing to supervise. Start it with `forklift up --supervise`.")
         self.begin(pid)
         try:
             self.wait_for_nodes()

@@ -16,6 +16,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from forklift import paths
 from forklift.endpoint.auth import api_key
@@ -59,6 +60,14 @@ def render_unit(name: str, *, argv: Sequence[str], home: str, user: str, environ
               f"RestartPreventExitStatus={SupervisorGaveUpError.exit_code}", "KillMode=process",
               f"TimeoutStopSec={int(stop_s) + 60}", "", "[Install]", "WantedBy=multi-user.target", ""]
     return "\n".join(lines)
+
+
+def _absolute(value: str) -> str:
+    """Relative paths made absolute (a unit runs from /): each part of a PATH-like list that names a path."""
+    parts = value.split(os.pathsep)
+    if not all(p and not p.startswith(("http:", "https:")) for p in parts):
+        return value
+    return os.pathsep.join(str(Path(p).resolve()) if not p.startswith("/") else p for p in parts)
 
 
 def credentials_text(var: str, key: str) -> str:
@@ -108,7 +117,7 @@ def install_plan(record: RunRecord, *, unit_dir: str = UNIT_DIR, credentials_dir
     unit_path = f"{unit_dir.rstrip('/')}/{unit}"
     var = record.api_key_env
     cred_path = f"{credentials_dir.rstrip('/')}/{name}.env" if var else None
-    carried = {k: env[k] for k in _CARRIED if env.get(k)}
+    carried = {k: _absolute(env[k]) for k in _CARRIED if env.get(k)}
     text = render_unit(name, argv=command(name, python), home=str(paths.home().resolve()),
                        user=user or getpass.getuser(), environment=carried, credentials=cred_path,
                        stop_s=record.recipe.timeouts.stop_s, description=f"{record.served_name} at {record.endpoint}")

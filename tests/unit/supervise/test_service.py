@@ -77,7 +77,9 @@ def test_no_secret_in_the_unit_and_the_key_file_is_root_only_via_stdin() -> None
 
 
 def test_without_an_api_key_there_is_no_credentials_file() -> None:
-    plan = install_plan(_record(), environ={}, python="/usr/bin/python3", user="root", start=True)
+    plan = install_plan(_record(), environ={"PYTHONPATH": "src:/opt/x"}, python="/usr/bin/python3", user="root",
+                        start=True)
+    assert f"Environment=PYTHONPATH={Path('src').resolve()}:/opt/x" in plan.unit_text  # a unit runs from /
     assert plan.credentials_path is None and "EnvironmentFile" not in plan.unit_text
     assert plan.actions[-1].argv == ["systemctl", "enable", "--now", "forklift-supervise-chat.service"]
 
