@@ -3,8 +3,6 @@ a message naming the node, both figures and the margin (nodes answered by a Fake
 
 from __future__ import annotations
 
-import pytest
-
 from forklift.errors import SupervisorGaveUpError
 from forklift.plan import for_launch
 from forklift.recipe import resolve
@@ -63,7 +61,6 @@ def test_auto_reads_only_unified_memory_nodes() -> None:
     assert spark.memory_gate() is not None and runner.calls
 
 
-@pytest.mark.parametrize("mode", ["never"])
-def test_never_reads_no_memory(mode: str) -> None:
-    sup, runner = _supervisor([10], f"supervise.memory_check={mode}", "nodes.0.hardware=gb10")
+def test_never_skips_the_gate_even_on_unified_memory() -> None:
+    sup, runner = _supervisor([10], "supervise.memory_check=never", "nodes.0.hardware=gb10")
     assert sup.memory_gate() is None and not runner.calls
