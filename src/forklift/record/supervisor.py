@@ -53,9 +53,9 @@ class SupervisorState(BaseModel):
     """What each failed start in a row said (emptied by a recovery): the same twice is deterministic."""
     baseline_mem_available: dict[str, int] = Field(default_factory=dict)
     """Per host, MemAvailable (bytes) before the run's start: the memory gate compares with it."""
-    boot_id: str | None = None
-    """The head's /proc/sys/kernel/random/boot_id while the run served: a different one means the node rebooted and
-    the recorded pids are not the run's any more."""
+    boot_ids: dict[str, str] = Field(default_factory=dict)
+    """Per host, /proc/sys/kernel/random/boot_id while the run served: a different one means that node rebooted and
+    the pids recorded there are not the run's any more."""
     gave_up: str | None = None
     """Why the supervisor gave up, when it did."""
 

@@ -153,9 +153,11 @@ class Supervisor:
             return None
         return f"{st.status}: " + ("; ".join(st.problems) or f"record status {self.record.status}")
 
-    def _boot_id(self) -> str | None:
-        res = self.runners[0].run(["cat", BOOT_ID], timeout=15)
-        return res.stdout.strip() or None if res.ok else None
+    def _boot_ids(self) -> dict[str, str]:
+        """Each node's boot id (the nodes that answer)."""
+        nodes = self.record.recipe.nodes
+        done = fan_out(self.runners.items(), lambda r: r.run(["cat", BOOT_ID], timeout=15))
+        return {nodes[i].host: res.stdout.strip() for i, res in done.results.items() if res.ok and res.stdout.strip()}
 
     def wait_for_nodes(self) -> None:
         """Until every node answers (after a reboot the head may be up before its workers)."""
@@ -177,15 +179,20 @@ class Supervisor:
             got = collect(self.record, self.runners)
         except ForkliftError as exc:
             return Incident(at=self.clock(), cause=cause, finding=None, logs=f"not collected: {exc.message}")
-        folder.mkdir(parents=True, exist_ok=True)
-        for k, piece in enumerate(got.pieces):
-            (folder / f"{k:02d}-{_safe(piece.host)}-{_safe(piece.label)}.txt").write_text(piece.text, encoding="utf-8")
+        for piece in got.pieces:
             if "kernel" not in piece.label:
                 lines += piece.text.splitlines()
-        facts = {h: {"mem_available": a, "mem_total": t} for h, (a, t) in got.mem_available.items()}
-        (folder / "facts.json").write_text(_json({"cause": cause, "memory": facts, "unreachable": got.unreachable}),
-                                           encoding="utf-8")
         finding = diagnosis(lines[-4000:], self.record.vllm_version)
+        facts = {h: {"mem_available": a, "mem_total": t} for h, (a, t) in got.mem_available.items()}
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for k, piece in enumerate(got.pieces):
+                name = f"{k:02d}-{_safe(piece.host)}-{_safe(piece.label)}.txt"
+                (folder / name).write_text(piece.text, encoding="utf-8")
+            (folder / "facts.json").write_text(_json({"cause": cause, "finding": finding, "memory": facts,
+                                                      "unreachable": got.unreachable}), encoding="utf-8")
+        except OSError as exc:  # a full disk must not stop the recovery
+            return Incident(at=self.clock(), cause=cause, finding=finding, logs=f"not saved: {exc}")
         return Incident(at=self.clock(), cause=cause, finding=finding, logs=str(folder))
 
     def stop_deployment(self) -> None:
@@ -269,7 +276,7 @@ class Supervisor:
         self.state.startup_findings = []
         self.state.last_recovery_at = now
         self.state.last_recovery_s = round(now - t_fail, 1)
-        self.state.boot_id = self._boot_id()
+        self.state.boot_ids = self._boot_ids()
         self._save("watching")
         self.event("recovered", f"serving again {now - t_fail:.1f} s after the failure was noticed "
                    f"(ready in {result.ready_s:.1f} s)", hook=True, recovery_s=round(now - t_fail, 1))
@@ -287,10 +294,17 @@ class Supervisor:
 
     def after_reboot(self) -> None:
         """A head that booted since the run served: its recorded pids are someone else's now; never signal them."""
-        now = self._boot_id()
-        if self.state.boot_id and now and now != self.state.boot_id and self.record.status in ("ready", "starting"):
-            self.say(f"{self.record.recipe.head.host} rebooted since the run served; its recorded processes are gone")
-            save_status(self.record, "stopped")
+        if self.record.status not in ("ready", "starting"):
+            return
+        now = self._boot_ids()
+        rebooted = sorted(h for h, b in self.state.boot_ids.items() if h in now and now[h] != b)
+        if not rebooted:
+            return
+        self.say(f"{', '.join(rebooted)} rebooted since the run served; the processes recorded there are gone")
+        for rank in self.record.ranks:  # `down` signals recorded process groups: these are not the run's any more
+            if rank.host in rebooted:
+                rank.pid = rank.pgid = None
+        save_status(self.record, "stopped")
 
     def run(self, pid: int) -> str:
         """Supervise until SIGTERM (KeyboardInterrupt) or give-up (SupervisorGaveUpError). Returns at once, saying
@@ -306,7 +320,7 @@ class Supervisor:
             if cause is not None:
                 self.recover(cause)
             else:
-                self.state.boot_id = self._boot_id()
+                self.state.boot_ids = self._boot_ids()
                 self._save("watching")
             while True:
                 self.sleep(self.cfg.interval_s)

@@ -5,8 +5,8 @@ The unit execs ``<python> -m forklift.cli.main supervise NAME`` on the head; the
 SSH as ``up`` does, so the workers need nothing of their own (sshd and their runtime). No secret is in the unit:
 the API key goes to a root-only (0600) EnvironmentFile under /etc/forklift/credentials, written through stdin.
 ``KillMode=process``: stopping or restarting the supervisor never kills the engine it started (those processes
-share its cgroup); ``forklift down`` stops the engine. Exit 143 (SIGTERM) is a clean stop, exit 3 (gave up) is
-never restarted.
+share its cgroup); ``forklift down`` stops the engine. Exit 143 (SIGTERM) is a clean stop; exit 3 (gave up) and 2
+(no such run, bad state dir: a restart cannot help) are never restarted; the state dir's mount comes first.
 """
 
 from __future__ import annotations
@@ -50,14 +50,15 @@ def render_unit(name: str, *, argv: Sequence[str], home: str, user: str, environ
                 credentials: str | None, stop_s: float, description: str = "") -> str:
     """The unit's text. ``environment`` must hold no secret (the credentials file carries the API key)."""
     lines = ["[Unit]", f"Description=forklift supervisor for run {name}" + (f" ({description})" if description else ""),
-             "Wants=network-online.target", "After=network-online.target", "", "[Service]", "Type=simple",
+             "Wants=network-online.target", "After=network-online.target", f"RequiresMountsFor={quote(home)}", "",
+             "[Service]", "Type=simple",
              f"User={user}", f"ExecStart={' '.join(quote(a) for a in argv)}",
              f"Environment={quote(f'FORKLIFT_HOME={home}')}"]
     lines += [f"Environment={quote(f'{k}={v}')}" for k, v in sorted(environment.items())]
     if credentials:
         lines.append(f"EnvironmentFile={quote(credentials)}")
     lines += ["Restart=on-failure", f"RestartSec={RESTART_SEC}", "SuccessExitStatus=143",
-              f"RestartPreventExitStatus={SupervisorGaveUpError.exit_code}", "KillMode=process",
+              f"RestartPreventExitStatus=2 {SupervisorGaveUpError.exit_code}", "KillMode=process",
               f"TimeoutStopSec={int(stop_s) + 60}", "", "[Install]", "WantedBy=multi-user.target", ""]
     return "\n".join(lines)
 

@@ -64,3 +64,27 @@ def test_auto_reads_only_unified_memory_nodes() -> None:
 def test_never_skips_the_gate_even_on_unified_memory() -> None:
     sup, runner = _supervisor([10], "supervise.memory_check=never", "nodes.0.hardware=gb10")
     assert sup.memory_gate() is None and not runner.calls
+
+
+def test_after_a_reboot_the_pids_recorded_on_that_node_are_forgotten_not_signalled() -> None:
+    """A rebooted node's recorded pids belong to whatever runs there now: the record keeps no pid for them (so the
+    `down` before the restart signals nothing there) and says stopped."""
+    from forklift.record import RankState, load, save_status
+
+    sup, _ = _supervisor([100])
+    record = load("gate")
+    record.ranks = [RankState(rank=0, host="localhost", pid=321, pgid=321, log_path="/x/rank0.log")]
+    save_status(record, "ready")
+    state = load_state("gate")
+    assert state is not None
+    state.boot_ids = {"localhost": "boot-before"}
+    save_state(state)
+    runner = FakeRunner().on(["cat", "/proc/sys/kernel/random/boot_id"], stdout="boot-after\n")
+    sup = Supervisor("gate", runners={0: runner}, sleep=lambda s: None)
+    sup.after_reboot()
+    after = load("gate")
+    assert after.status == "stopped" and after.ranks[0].pid is None and after.ranks[0].pgid is None
+    same = FakeRunner().on(["cat", "/proc/sys/kernel/random/boot_id"], stdout="boot-before\n")
+    save_status(record, "ready")  # the record as it was, with its pids
+    Supervisor("gate", runners={0: same}, sleep=lambda s: None).after_reboot()
+    assert load("gate").ranks[0].pgid == 321  # no reboot: nothing forgotten

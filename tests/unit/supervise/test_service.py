@@ -60,7 +60,7 @@ def test_no_secret_in_the_unit_and_the_key_file_is_root_only_via_stdin() -> None
     assert SECRET not in plan.unit_text and SECRET not in str(plan.to_json())
     assert "EnvironmentFile=/etc/fl/creds/chat.env" in plan.unit_text
     assert "User=svc" in plan.unit_text
-    for line in ("Restart=on-failure", "SuccessExitStatus=143", "RestartPreventExitStatus=3", "KillMode=process",
+    for line in ("Restart=on-failure", "SuccessExitStatus=143", "RestartPreventExitStatus=2 3", "KillMode=process",
                  "WantedBy=multi-user.target", "After=network-online.target"):
         assert line in plan.unit_text.splitlines()
     runner = FakeRunner()
