@@ -87,6 +87,7 @@ class Supervisor:
         self.clock = clock
         self.record = load(name)
         self._runners = dict(runners) if runners is not None else None
+        self._made: tuple[str, Mapping[int, Runner]] | None = None
         self.state = load_state(name) or SupervisorState(name=name)
 
     @property
@@ -95,7 +96,12 @@ class Supervisor:
 
     @property
     def runners(self) -> Mapping[int, Runner]:
-        return self._runners if self._runners is not None else record_runners(self.record)
+        """The nodes' runners (made once per run record: a restart writes a new one)."""
+        if self._runners is not None:
+            return self._runners
+        if self._made is None or self._made[0] != self.record.run_id:
+            self._made = (self.record.run_id, record_runners(self.record))
+        return self._made[1]
 
     # --- events ---------------------------------------------------------------------------------------------
 
