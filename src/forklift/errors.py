@@ -321,6 +321,19 @@ class SudoRequiredError(NodeError):
         super().__init__(message, fix=fix)
 
 
+class SupervisorGaveUpError(RunError):
+    """The supervisor stopped restarting a deployment: the cap was reached, a start failed the same way twice, or
+    memory did not come back. Exit code 3, which the systemd unit lists in RestartPreventExitStatus (no loop)."""
+
+    exit_code = 3
+
+
+class ServiceError(ForkliftError):
+    """A systemd unit could not be written, enabled or removed, or this run cannot have one."""
+
+    exit_code = 2
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (what `timeout`, CI and systemd send), raised by the CLI's handler: every command cleans up as it does
     on Ctrl-C, and says which signal it was."""

@@ -70,10 +70,34 @@ def status_cmd(name: NameArg = None, json_out: JsonOpt = False, pins: PinsOpt = 
         console.print(f"  [yellow]{escape(problem)}[/]", highlight=False)
     if s.record.error:
         console.print(f"  last error: {escape(s.record.error)}", highlight=False)
+    if s.supervisor:
+        _print_supervisor(s.supervisor)
     if s.fix:
         console.print(f"  [bold]fix[/]: {escape(s.fix)}", highlight=False)
     if pins:
         _print_pins(s.record.pins)
+
+
+def _ago(at: object) -> str:
+    import time
+
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(float(at)))}" if isinstance(at, int | float) else "?"
+
+
+def _print_supervisor(sup: dict[str, object]) -> None:
+    running = "running" if sup["running"] else "not running"
+    console.print(f"  supervisor: {sup['state']} ({running}, pid {sup['pid']}), restarts in the window "
+                  f"{sup['restarts_in_window']}/{sup['max_restarts']} ({sup['restarts_total']} in all)",
+                  highlight=False, soft_wrap=True)
+    if sup.get("last_cause"):
+        finding = f"; doctor: {sup['last_finding']}" if sup.get("last_finding") else ""
+        console.print(f"    last cause ({_ago(sup['last_cause_at'])}): {escape(str(sup['last_cause']))}"
+                      f"{escape(finding)}", highlight=False, soft_wrap=True)
+    if sup.get("last_recovery_at"):
+        console.print(f"    recovered {_ago(sup['last_recovery_at'])}, {sup['last_recovery_s']} s after the failure",
+                      highlight=False, soft_wrap=True)
+    if sup.get("gave_up"):
+        console.print(f"    [bold red]gave up[/]: {escape(str(sup['gave_up']))}", highlight=False, soft_wrap=True)
 
 
 def _status_all(json_out: bool) -> None:
@@ -152,6 +176,8 @@ def _print_down(res: DownResult, json_out: bool, note: str | None = None) -> Non
                       f"in {res.seconds:.1f} s; no process left, port free")
         for host, state in res.accelerator.items():
             console.print(f"  {host}: accelerator memory {state}")
+        if res.supervisor:
+            console.print(f"  {res.supervisor}")
         for what in res.killed:
             console.print(f"  {what} ignored SIGTERM for the grace period and was killed")
     else:

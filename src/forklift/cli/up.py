@@ -23,9 +23,11 @@ from forklift.cli.common import (
 from forklift.cluster.phases import PHASE_NAMES
 from forklift.cluster.up import preflight, up
 from forklift.plan import for_launch
-from forklift.recipe import resolve
+from forklift.recipe import Deployment, resolve
 
 PreflightOpt = Annotated[bool, typer.Option("--preflight-only", help="Check every node, start nothing.")]
+SuperviseOpt = Annotated[bool, typer.Option("--supervise", help="Once it serves, keep it serving: start the "
+                                                               "supervisor detached (the recipe's `supervise:`).")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Refuse when a node check warns (no guard or swap on "
                                                            "unified-memory nodes).")]
 
@@ -41,9 +43,15 @@ def _preflight_only(plan_name: str, recipe: str | None, sets: list[str], json_ou
     pre.report.raise_if_failed()
 
 
+def _mem_before(deployment: Deployment) -> dict[str, int]:
+    from forklift.supervise import baseline
+
+    return baseline(deployment.recipe)
+
+
 def up_cmd(recipe: RecipeArg = None, name: NameOpt = None, set_: SetOpt = None, json_out: JsonOpt = False,
            preflight_only: PreflightOpt = False, force: ForceOpt = False, strict: StrictOpt = False,
-           apply: ApplyOpt = False) -> None:
+           apply: ApplyOpt = False, supervise: SuperviseOpt = False) -> None:
     """Start the recipe's deployment, detached; exit 0 once a streamed chat completion returns a token."""
     deployment = resolve(recipe, set_ or [])
     run_name = name or deployment.name
@@ -63,18 +71,28 @@ def up_cmd(recipe: RecipeArg = None, name: NameOpt = None, set_: SetOpt = None, 
             if phase != "ready":
                 progress.log(f"[dim]{time.monotonic() - t0:6.1f}s[/] {phase} {detail}")
 
+        mem_before = _mem_before(deployment) if supervise else {}
         result = up(plan, name=run_name, on_event=on_event, force=force, strict=strict)
         progress.update(task, completed=len(steps))
     print_warnings(result.warnings)
     rec = result.record
+    supervisor = None
+    if supervise:
+        from forklift.supervise import SUPERVISOR_LOG, spawn
+
+        supervisor = spawn(rec, mem_before).pid
+        supervisor_log = rec.path().parent / SUPERVISOR_LOG
     if json_out:
         print_json({"name": rec.name, "endpoint": rec.endpoint, "served_name": rec.served_name,
                     "ready_s": result.ready_s, "phases": result.phases, "first_token": result.first_token,
                     "vllm_version": rec.vllm_version, "ranks": [x.model_dump() for x in rec.ranks],
-                    "warnings": [w.to_json() for w in result.warnings]})
+                    "warnings": [w.to_json() for w in result.warnings], "supervisor_pid": supervisor})
         return
     console.print(f"[green]ready[/] {rec.name}: {rec.served_name} at {rec.endpoint}/v1 "
                   f"(vLLM {rec.vllm_version}, ready in {result.ready_s:.1f} s, first token {result.first_token!r})")
+    if supervisor is not None:
+        console.print(f"supervised by pid {supervisor} (output {supervisor_log}); "
+                      f"`forklift status {rec.name}` shows it, `forklift down {rec.name}` stops both", highlight=False)
     console.print(f"next: `forklift check {rec.name}`, `forklift logs {rec.name}`, `forklift down {rec.name}`")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -14,6 +16,8 @@ from forklift.host.facts import probe
 from forklift.launch.docker import LABEL_RUN_ID
 from forklift.recipe.schema import Recipe
 from forklift.record import RankState, RunRecord, SalvagedRank, salvage, save_status, set_aside, up_in_progress
+from forklift.record import load as load_record
+from forklift.record.supervisor import SupervisorState, load_state, save_state
 from forklift.runner import LocalRunner, Runner
 from forklift.runner.fanout import fan_out
 from forklift.runner.ssh import SshRunner, default_ssh_config
@@ -34,6 +38,8 @@ class DownResult:
     """host -> 'released' / 'still N MiB above baseline' (only hosts that report it, via nvidia-smi)."""
     killed: list[str] = field(default_factory=list)
     """Processes that ignored SIGTERM for timeouts.stop_s and were SIGKILLed."""
+    supervisor: str | None = None
+    """What became of the run's supervisor (stopped first, so it does not restart what `down` stops)."""
 
 
 def _leftover_containers(record: RunRecord, runners: Mapping[int, Runner]) -> list[str]:
@@ -84,13 +90,58 @@ def _accelerators(record: RunRecord, runners: Mapping[int, Runner], recipe: Reci
     return {recipe.nodes[i].host: v for i, v in done.results.items()}
 
 
+def _supervisor_alive(state: SupervisorState, runner: Runner) -> bool:
+    """The recorded supervisor pid still runs `forklift ... supervise` (a pid reused since is left alone)."""
+    if state.pid is None or state.host not in (None, socket.gethostname()):
+        return False
+    res = runner.run(["ps", "-o", "stat=,args=", "-p", str(state.pid)], timeout=15)
+    text = res.stdout.strip()
+    return res.ok and not text.startswith("Z") and "supervise" in text and "forklift" in text
+
+
+def supervisor_state(name: str, runner: Runner | None = None) -> tuple[SupervisorState | None, bool]:
+    """The run's supervisor state and whether its process runs now (on this machine)."""
+    state = load_state(name)
+    if state is None:
+        return None, False
+    return state, _supervisor_alive(state, runner or LocalRunner())
+
+
+def stop_supervisor(name: str, *, grace_s: float = 60.0, runner: Runner | None = None) -> str | None:
+    """SIGTERM the run's supervisor (its pid only: the ranks it started live in their own sessions), wait, then
+    SIGKILL; mark its state stopped. None when there was none running (or it is this process)."""
+    runner = runner or LocalRunner()
+    state, alive = supervisor_state(name, runner)
+    if state is None or state.pid == os.getpid():
+        return None
+    outcome = None
+    if alive and state.pid is not None:
+        runner.run(["kill", "-TERM", str(state.pid)], timeout=15)
+        deadline = time.monotonic() + grace_s
+        while _supervisor_alive(state, runner) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        outcome = f"supervisor pid {state.pid} stopped"
+        if _supervisor_alive(state, runner):
+            runner.run(["kill", "-KILL", str(state.pid)], timeout=15)
+            outcome = f"supervisor pid {state.pid} killed after {grace_s:.0f} s"
+    state = load_state(name) or state
+    if state.state not in ("stopped", "gave-up"):
+        state.state = "stopped"
+        save_state(state)
+    return outcome
+
+
 def down(record: RunRecord, *, grace_s: float | None = None,
          runners: Mapping[int, Runner] | None = None) -> DownResult:
-    """Stop every process of the run on every host (by recorded pgid / container id, never by name), then
-    verify nothing remains, the ports are free and accelerator memory is back. Idempotent."""
+    """Stop the run's supervisor (when it has one), then every process of the run on every host (by recorded
+    pgid / container id, never by name), then verify nothing remains, the ports are free and accelerator memory
+    is back. Idempotent. Called by the supervisor itself, it leaves the supervisor running."""
     t0 = time.monotonic()
     recipe = record.recipe
     grace = grace_s if grace_s is not None else recipe.timeouts.stop_s
+    supervisor = stop_supervisor(record.name, grace_s=grace + 30)
+    if supervisor is not None:
+        record = load_record(record.name)  # the supervisor may have restarted it meanwhile: stop what runs now
     runners = runners or record_runners(record)
     alive = _alive(record, runners)
     stopped = stop_all(record, runners, grace_s=grace)
@@ -113,7 +164,7 @@ def down(record: RunRecord, *, grace_s: float | None = None,
     save_status(record, "stopped")
     hosts = sorted({r.host for r in record.ranks})
     return DownResult(record.name, bool(alive), sorted(set(alive)), port_free, round(time.monotonic() - t0, 2),
-                      hosts, accel, stopped.killed)
+                      hosts, accel, stopped.killed, supervisor)
 
 
 def _alive(record: RunRecord, runners: Mapping[int, Runner], roles: tuple[str, ...] = ("engine",)) -> list[int]:
@@ -141,6 +192,8 @@ class StatusResult:
     orphans: dict[str, list[int]] = field(default_factory=dict)
     """'rank N on HOST' -> live pids of its process group whose rank process is gone (or of a stopped run)."""
     fix: str | None = None
+    supervisor: dict[str, object] | None = None
+    """The supervisor's state (running, phase, restarts in the window, last cause, last recovery), if it has one."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -159,6 +212,7 @@ class StatusResult:
             "ranks": [r.model_dump() for r in self.record.ranks],
             "timings": self.record.timings,
             "error": self.record.error,
+            "supervisor": self.supervisor,
         }
 
 
@@ -209,10 +263,25 @@ def status(record: RunRecord, runners: Mapping[int, Runner] | None = None) -> St
         with Endpoint(record.endpoint) as endpoint:
             out.healthy = endpoint.healthy(timeout=3)
     out.status = _state(record, out, anything)
+    out.supervisor = supervisor_summary(record)
     if out.status in ("degraded", "dead", "orphaned") or out.orphans:
         out.fix = (f"`forklift down {record.name}` stops every process the run recorded (and their groups), "
                    f"then `forklift up` starts it again; `forklift doctor {record.name}` says why it broke.")
     return out
+
+
+def supervisor_summary(record: RunRecord, now: float | None = None) -> dict[str, object] | None:
+    state, alive = supervisor_state(record.name)
+    if state is None:
+        return None
+    cause = state.last_cause
+    return {"state": state.state, "running": alive, "pid": state.pid, "host": state.host,
+            "restarts_in_window": state.restarts_in(record.recipe.supervise.window_s, now or time.time()),
+            "max_restarts": record.recipe.supervise.max_restarts, "window_s": record.recipe.supervise.window_s,
+            "restarts_total": len(state.restarts), "last_cause": cause.cause if cause else None,
+            "last_finding": cause.finding if cause else None, "last_cause_at": cause.at if cause else None,
+            "incident_logs": cause.logs if cause else None, "last_recovery_at": state.last_recovery_at,
+            "last_recovery_s": state.last_recovery_s, "gave_up": state.gave_up}
 
 
 def _state(record: RunRecord, out: StatusResult, anything: bool) -> str:
@@ -289,6 +358,7 @@ def down_unreadable(name: str, *, grace_s: float = 30.0) -> DownResult:
     """``down`` for a run whose record cannot be read: stop the process groups its text still names (when their
     leader is still a program `up` starts), check the port, and set the record aside so the name is free."""
     t0 = time.monotonic()
+    stop_supervisor(name, grace_s=grace_s + 30)
     left = salvage(name)
     stopped: list[int] = []
     killed: list[str] = []

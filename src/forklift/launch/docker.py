@@ -30,9 +30,11 @@ def docker_argv(
     secret_names: Sequence[str],
     mounts: Sequence[str],
 ) -> list[str]:
-    """``docker run`` in the foreground (the spawned client's pid is the rank's pid; logs go to the log)."""
+    """``docker run`` in the foreground (the spawned client's pid is the rank's pid; logs go to the log). The
+    restart policy is "no", said explicitly: forklift's supervisor owns restarts (a daemon-side policy would restart
+    one rank out of the deployment's start order)."""
     argv = [
-        "docker", "run", "--rm", "--name", name,
+        "docker", "run", "--rm", "--restart", "no", "--name", name,
         "--label", f"{LABEL_RUN_ID}={run_id}", "--label", f"{LABEL_RANK}={rank}", "--label", f"{LABEL_ROLE}={role}",
         "--network", "host", "--ipc", "host",
     ]

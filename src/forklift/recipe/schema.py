@@ -206,8 +206,20 @@ class DockerRuntime(Strict):
     mounts: list[Annotated[Mount, BeforeValidator(_mount_from_text)]] = Field(
         default_factory=list, description="Extra bind mounts: {host, container, read_only} or 'HOST:CONTAINER[:ro]'."
     )
-    extra_docker_args: list[str] = Field(default_factory=list)
+    extra_docker_args: list[str] = Field(
+        default_factory=list, description="More `docker run` arguments. A restart policy (--restart) is refused: "
+        "forklift's supervisor owns restarts, since per-container restarts break a multi-node start order.",
+    )
     python: str = "python3"
+
+    @field_validator("extra_docker_args")
+    @classmethod
+    def _no_restart_policy(cls, v: list[str]) -> list[str]:
+        if any(a == "--restart" or a.startswith("--restart=") for a in v):
+            raise ValueError("a container restart policy (--restart) restarts one rank out of the deployment's "
+                             "start order; drop it and use the recipe's `supervise:` section "
+                             "(`forklift up --supervise`)")
+        return v
 
 
 Runtime = Annotated[VenvRuntime | DockerRuntime, Field(discriminator="kind")]
@@ -408,6 +420,50 @@ class Timeouts(Strict):
     ssh_s: float = Field(default=60.0, gt=0, description="Per-host limit for one remote command.")
 
 
+class Supervise(Strict):
+    """What the supervisor (`forklift up --supervise`, `forklift supervise NAME`) does once the run serves: probe,
+    and on a dead rank, a failed probe or a hung engine stop the whole deployment and start it again from its run
+    record, with backoff and a cap."""
+
+    interval_s: float = Field(default=15.0, gt=0, description="Seconds between probes (/health, every rank's pid, "
+                              "one streamed token).")
+    token_timeout_s: float = Field(default=60.0, gt=0, description="A healthy server that streams no token within "
+                                   "this is hung.")
+    max_restarts: int = Field(default=3, ge=0, description="At most this many restarts within `window_s`; one more "
+                              "failure gives up (loudly: hook, record, exit 1).")
+    window_s: float = Field(default=3600.0, gt=0, description="The window `max_restarts` counts in.")
+    backoff_s: float = Field(default=10.0, ge=0, description="Wait before the first restart in the window; doubled "
+                             "for each further one.")
+    backoff_max_s: float = Field(default=300.0, ge=0, description="The longest wait between restarts.")
+    memory_check: Literal["auto", "always", "never"] = Field(
+        default="auto", description="Before a restart, wait until each node's MemAvailable is back within "
+        "`memory_margin_gib` of what it was before the start, else refuse to restart. auto: unified-memory nodes "
+        "only (GB10, CPU: host memory is the engine's; a discrete GPU's memory is `down`'s own check).",
+    )
+    memory_margin_gib: float = Field(default=2.0, ge=0, description="How far below its pre-start MemAvailable a "
+                                     "node may stay and still count as released.")
+    memory_wait_s: float = Field(default=60.0, ge=0, description="How long to wait for memory to come back.")
+    on_event: list[str] | str | None = Field(
+        default=None, description="Called on restart, give-up and recovery: an argv list (the event as JSON on "
+        "stdin, its kind in $FORKLIFT_EVENT) or an http(s) URL (the event POSTed as JSON).",
+    )
+
+    @field_validator("on_event")
+    @classmethod
+    def _hook(cls, v: list[str] | str | None) -> list[str] | str | None:
+        if isinstance(v, str) and not re.match(r"^https?://\S+$", v):
+            raise ValueError(f"{v!r}: give an http(s) URL, or a command as an argv list (['notify-send', 'x'])")
+        if isinstance(v, list) and (not v or not v[0].strip()):
+            raise ValueError("the command's argv list must name a program")
+        return v
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> Supervise:
+        if self.backoff_max_s < self.backoff_s:
+            raise ValueError(f"backoff_max_s ({self.backoff_max_s}) is below backoff_s ({self.backoff_s})")
+        return self
+
+
 # --- forklift-patches: typed recipe patch entries (owned by the patches helper) -----------------------
 
 
@@ -463,6 +519,8 @@ class Recipe(Strict):
     network: Network = Field(default_factory=Network)
     ray: Ray = Field(default_factory=Ray)
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    supervise: Supervise = Field(default_factory=Supervise, description="The supervisor's probes, restarts, "
+                                 "backoff, memory gate and event hook (used with `up --supervise`).")
     env: EnvMap = Field(default_factory=dict, description="Extra environment for every rank.")
     patches: list[PatchEntry] = Field(  # forklift-patches: an id, or {id, any_version, because}
         default_factory=list, description="Patches applied before vLLM starts: ids from `forklift patch list`, or "

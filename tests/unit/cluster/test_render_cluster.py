@@ -45,7 +45,7 @@ def test_docker_wraps_the_same_vllm_argv() -> None:
     for v, d in zip(venv.ranks, dock.ranks, strict=True):
         assert _vllm_args(d.argv) == _vllm_args(v.argv)
         a = d.argv
-        assert a[:3] == ["docker", "run", "--rm"]
+        assert a[:5] == ["docker", "run", "--rm", "--restart", "no"]  # the supervisor owns restarts
         assert d.container == f"forklift-abc-rank{d.rank}" and a[a.index("--name") + 1] == d.container
         assert "forklift.run_id=abc" in a and f"forklift.rank={d.rank}" in a
         assert a[a.index("--network") + 1] == "host" and a[a.index("--ipc") + 1] == "host"
