@@ -31,6 +31,8 @@ class RunDiagnosis:
     context: Context
     read: dict[str, list[str]] = field(default_factory=dict)
     sources: list[Source] = field(default_factory=list)
+    collection: gather.Collection | None = None
+    """Everything gathered, piece by piece (the supervisor keeps it as an incident's evidence)."""
 
     def top_line(self) -> str | None:
         """The top finding that is not informational, as one line: title (category): fix."""
@@ -87,4 +89,4 @@ def diagnose_run(record: RunRecord, runners: Mapping[int, Runner], *, nodes: boo
         raise DoctorError(f"run {record.name}: nothing could be read from its nodes",
                           fix=f"Check the nodes answer over SSH (`forklift status {record.name}`).")
     context = context_of(record, got.mem_available)
-    return RunDiagnosis(diagnose_sources(sources, context, threshold=threshold), context, got.read(), sources)
+    return RunDiagnosis(diagnose_sources(sources, context, threshold=threshold), context, got.read(), sources, got)

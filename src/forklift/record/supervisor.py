@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from forklift.errors import StateDirError
-from forklift.record.model import run_dir
+from forklift.record.run_record import run_dir
 
 SupervisorPhase = Literal["starting", "watching", "recovering", "backing-off", "gave-up", "stopped"]
 EventKind = Literal["started", "failure", "down", "restart", "recovered", "give-up", "stopped"]

@@ -18,7 +18,8 @@ from typing import Any
 
 import httpx
 
-from forklift.cluster.collect import collect
+from forklift.cluster.collect import Collection
+from forklift.cluster.diagnose import diagnose_run
 from forklift.cluster.down import down, status
 from forklift.cluster.ready import diagnosis
 from forklift.cluster.stop import record_runners
@@ -180,15 +181,12 @@ class Supervisor:
     def incident(self, cause: str) -> Incident:
         """Every rank's log and every node's facts, saved under the run; doctor's top finding from them."""
         folder = fresh(run_dir(self.name) / "incidents")
-        lines: list[str] = []
         try:
-            got = collect(self.record, self.runners)
+            diag = diagnose_run(self.record, self.runners)  # the one diagnosis `forklift doctor NAME` gives
         except ForkliftError as exc:
             return Incident(at=self.clock(), cause=cause, finding=None, logs=f"not collected: {exc.message}")
-        for piece in got.pieces:
-            if "kernel" not in piece.label:
-                lines += piece.text.splitlines()
-        finding = diagnosis(lines[-4000:], self.record.vllm_version)
+        got = diag.collection or Collection()
+        finding = diag.top_line()
         facts = {h: {"mem_available": a, "mem_total": t} for h, (a, t) in got.mem_available.items()}
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -268,8 +266,8 @@ class Supervisor:
         try:
             result = up(self.record.plan, name=self.name, force=True, check_nodes=False)
         except ForkliftError as exc:
-            lines = exc.log_tail if isinstance(exc, EngineStartupError) else []
-            finding = diagnosis(lines, self.record.vllm_version) if lines else None
+            failed = load(self.name)
+            finding = diagnosis(failed, self.runners) if isinstance(exc, EngineStartupError) else None
             self.state.startup_findings.append(finding or exc.message)
             self.state.last_cause = Incident(at=self.clock(), cause=f"the restart failed: {exc.message}",
                                              finding=finding)
