@@ -40,3 +40,16 @@ def excerpts(folder: str = "excerpts") -> list[Excerpt]:
 
 def train_items() -> list[Item]:
     return corpus_items(("train",))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _wide_consoles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's rich consoles are made once per process and keep the width they saw then; these tests read whole
+    table cells (COLUMNS=250 in their runners), whichever test made the consoles first."""
+    from forklift.cli import common
+
+    for name in ("console", "err_console"):
+        monkeypatch.setattr(getattr(common, name), "_width", 250)
