@@ -37,7 +37,6 @@ nodes:
 parallel: {{pp: {3 if extra_node else 2}}}
 serve: {{host: 10.231.0.1, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 1}}
 network: {{master_port: {MASTER_PORT}, gloo_socket_ifname: fl0}}
-env: {{VLLM_CPU_CI_ENV: "1"}}  # vLLM's own CPU CI mode: dynamo with the eager backend, no inductor compile
 timeouts: {{ready_s: 900}}
 """)
     return path
