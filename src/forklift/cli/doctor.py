@@ -88,7 +88,9 @@ def _attach_plan(report: Report, recipe_ref: str) -> tuple[Report, str | None]:
     from forklift.recipe.load import load
 
     recipe = load(recipe_ref)
-    view = planner_numbers(recipe)
+    from forklift.plan import make
+
+    view = planner_numbers(recipe, make)
     serve = recipe.serve.model_dump()
     out: list[Finding] = []
     for f in report.findings:

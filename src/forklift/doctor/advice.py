@@ -7,8 +7,7 @@ for its view of the same recipe when that module provides it, and says why not w
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from forklift.errors import ForkliftError
@@ -95,19 +94,13 @@ def _as_data(plan: Any) -> Any:
     return getattr(plan, "__dict__", {})
 
 
-def planner_numbers(recipe: Any) -> PlannerView:
-    """Call ``forklift.plan.make(recipe)`` if it exists; keep its KV-related numbers.
+def planner_numbers(recipe: Any, make: Callable[[Any], Any]) -> PlannerView:
+    """``make(recipe)`` (the caller passes ``forklift.plan.make``: doctor sits below the planner and never imports
+    it); keep its KV-related numbers.
 
-    Degrades to ``available=False`` with a reason when the planner is missing, has another
-    signature, or refuses the recipe, so a diagnosis never fails because of it.
+    Degrades to ``available=False`` with a reason when the planner refuses the recipe or fails, so a diagnosis
+    never fails because of it.
     """
-    try:
-        plan_mod = importlib.import_module("forklift.plan")
-    except ImportError as exc:
-        return PlannerView(False, {}, f"forklift.plan is not importable: {exc}")
-    make = getattr(plan_mod, "make", None)
-    if not callable(make):
-        return PlannerView(False, {}, "forklift.plan.make is not available in this build")
     try:
         plan = make(recipe)
     except ForkliftError as exc:
