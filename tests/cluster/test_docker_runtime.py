@@ -106,7 +106,7 @@ nodes:
 parallel: {{pp: 2}}
 serve: {{host: 10.231.0.1, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 1, api_key_env: {KEY_VAR}}}
 network: {{master_port: {MASTER_PORT}, gloo_socket_ifname: fl0}}
-timeouts: {{ready_s: 900}}
+timeouts: {{ready_s: 1800}}  # two ranks compile with inductor beside the other worker's vLLM starts
 """)
     return path
 
@@ -120,12 +120,13 @@ def test_missing_image_is_named_in_preflight(docker_net: DockerNet) -> None:
     assert "node-b: docker image" not in res.stderr
 
 
+@pytest.mark.timeout(3600)  # the module's two dockerd and image loads count here too
 def test_pp2_in_containers_on_two_nodes_serves_with_a_key_and_down_removes_them(docker_net: DockerNet) -> None:
     net, daemons = docker_net
     key = secrets.token_hex(16)
     env = {**_env(net), KEY_VAR: key}
     res = subprocess.run(_forklift_argv(net, "up", str(_recipe(net)), "--name", "dk", "--json"), env=env,
-                         capture_output=True, text=True, timeout=1200, check=False)
+                         capture_output=True, text=True, timeout=2400, check=False)
     assert res.returncode == 0, f"up failed:\n{res.stdout}\n{res.stderr[-4000:]}"
     info = json.loads(res.stdout)
     print(f"\ndocker pp=2 across two nodes ready in {info['ready_s']:.0f} s")
