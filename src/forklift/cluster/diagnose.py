@@ -15,7 +15,7 @@ from typing import Any
 
 from forklift.cluster import collect as gather
 from forklift.doctor import Context, Report, Source, diagnose_sources, scan_bytes
-from forklift.errors import DoctorError, ForkliftError
+from forklift.errors import DoctorError
 from forklift.record import RunRecord
 from forklift.runner import Runner
 
@@ -52,18 +52,13 @@ def _plan_facts(record: RunRecord) -> dict[str, Any]:
 
 def context_of(record: RunRecord, mem: Mapping[str, tuple[int, int]] | None = None) -> Context:
     """What the record knows about the run, for doctor: the failed rank and phase come from the error `up` wrote."""
-    from forklift.hardware.profiles import get as get_profile
+    from forklift.hardware.profiles import is_unified
 
     recipe = record.recipe
     error = record.error or ""
     failed = _FAILED_RANK.search(error)
     phase = _PHASE.search(error)
-    unified = []
-    for node in recipe.nodes:
-        try:
-            unified.append(get_profile(node.hardware).unified)
-        except ForkliftError:
-            unified.append(False)
+    unified = [is_unified(node.hardware) for node in recipe.nodes]
     applied = tuple(dict.fromkeys([p.id for p in record.pins.patches] + [str(p.get("id")) for p in record.patches
                                                                          if isinstance(p, dict) and p.get("id")]))
     return Context(

@@ -135,6 +135,16 @@ def get(name: str) -> HardwareProfile:
     return profile
 
 
+def is_unified(name: str | None) -> bool:
+    """Whether a node of this hardware profile has unified memory; False for no profile or an unknown one."""
+    if not name:
+        return False
+    try:
+        return get(name).unified
+    except HardwareError:
+        return False
+
+
 def for_gpu(gpu_name: str) -> HardwareProfile | None:
     """The profile of an nvidia-smi GPU name (its longest ``gpu_names`` part in the name), or None."""
     found = [(len(part), -i, prof) for i, prof in enumerate(profiles().values()) for part in prof.gpu_names

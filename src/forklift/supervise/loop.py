@@ -26,8 +26,8 @@ from forklift.cluster.stop import record_runners
 from forklift.cluster.up import up
 from forklift.endpoint import Endpoint
 from forklift.endpoint.auth import api_key
-from forklift.errors import EndpointError, EngineStartupError, ForkliftError, HardwareError, SupervisorGaveUpError
-from forklift.hardware.profiles import get as get_profile
+from forklift.errors import EndpointError, EngineStartupError, ForkliftError, SupervisorGaveUpError
+from forklift.hardware.profiles import is_unified
 from forklift.host.facts import probe
 from forklift.launch.hosts import runners_for
 from forklift.recipe.schema import Recipe, Supervise
@@ -51,13 +51,7 @@ def _quiet(line: str) -> None:
 
 
 def _unified(record: RunRecord) -> list[bool]:
-    out = []
-    for node in record.recipe.nodes:
-        try:
-            out.append(bool(node.hardware) and get_profile(node.hardware or "").unified)
-        except HardwareError:
-            out.append(False)
-    return out
+    return [is_unified(node.hardware) for node in record.recipe.nodes]
 
 
 def mem_available(runners: Mapping[int, Runner], hosts: Mapping[int, str]) -> dict[str, int | None]:
