@@ -6,6 +6,8 @@ Typed recipe knobs become flags one for one (null means vLLM's default, so no fl
 
 from __future__ import annotations
 
+import json
+
 from forklift import speculative
 from forklift.plan.result import Decisions
 from forklift.recipe.schema import Node, Recipe, Serve
@@ -43,8 +45,24 @@ def serve_flags(serve: Serve) -> list[str]:
     add("--tool-call-parser", serve.tool_call_parser)
     switch("--enable-auto-tool-choice", serve.enable_auto_tool_choice)
     flags.extend(speculative.render.flags(serve.speculative))
+    flags.extend(multimodal_flags(serve))
     add("--seed", serve.seed)
     return [*flags, *serve.extra_args]
+
+
+def multimodal_flags(serve: Serve) -> list[str]:
+    """--limit-mm-per-prompt / --skip-mm-profiling / --mm-encoder-tp-mode / --mm-processor-kwargs (JSON values, as
+    vLLM's arg parser reads them; engine/arg_utils.py EngineArgs.add_cli_args @0.26.0)."""
+    mm, out = serve.multimodal, []
+    if mm.limit_mm_per_prompt is not None:
+        out += ["--limit-mm-per-prompt", json.dumps(mm.limit_mm_per_prompt, sort_keys=True)]
+    if mm.skip_mm_profiling:
+        out.append("--skip-mm-profiling")
+    if mm.mm_encoder_tp_mode != "weights":
+        out += ["--mm-encoder-tp-mode", mm.mm_encoder_tp_mode]
+    if mm.max_pixels is not None:
+        out += ["--mm-processor-kwargs", json.dumps({"max_pixels": mm.max_pixels})]
+    return out
 
 
 def engine_args(recipe: Recipe, decisions: Decisions, model_arg: str) -> list[str]:

@@ -409,6 +409,7 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
     ssm_vllm_min = (fam.get("vllm_min") or {}).get(arch)
     head_dim = (mla.kv_lora_rank + mla.qk_rope_head_dim) if mla else int(cfg.get("head_dim") or hidden // heads)
     max_len = max_len_facts(cfg)
+    mtp = {**_MTP_DEFAULT, **fam.get("mtp", {})}
     return ModelSpec(
         name=name, architecture=arch, family=family, attention=fam["attention"], hidden_size=hidden, num_layers=n,
         num_heads=heads, num_kv_heads=1 if mla else int(cfg.get("num_key_value_heads") or heads),
@@ -423,10 +424,16 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
         gated_q=bool(attn.get("gated_q")), sliding_window=int(sliding) if sliding else None,
         layers=_layers(plan, mlps, set(owners)), moe=moe, mla=mla, indexer=indexer, state=state_spec(cfg, fam, ctx),
         supports_mamba_prefix_caching=bool(fam.get("supports_mamba_prefix_caching")), vllm_min=ssm_vllm_min,
-        mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0), vision=_vision(raw, fam, arch, hidden, source),
+        mtp_layers=_int_or(cfg, str(mtp["key"]), 0), mtp_proj_split=mtp["proj_split"], mtp_norms=int(mtp["norms"]),
+        vision=_vision(raw, fam, arch, hidden, source),
         rope_caches=rope_caches(cfg, fam, plan, head_dim, _DTYPE_BYTES.get(dtype, 2)),
         quant=scheme_from_config(cfg.get("quantization_config"), source=source),
     )
+
+
+# DeepSeek-style MTP blocks (deepseek_mtp.py DeepSeekMultiTokenPredictorLayer: enorm, hnorm, eh_proj replicated,
+# shared_head.norm); a family's `mtp` entry in architectures.yaml overrides these
+_MTP_DEFAULT: dict[str, Any] = {"key": "num_nextn_predict_layers", "proj_split": "replicated", "norms": 4}
 
 
 def _vision_arch(fam: dict[str, Any], arch: str) -> bool:

@@ -179,6 +179,10 @@ class ModelSpec(Frozen):
     supports_mamba_prefix_caching: bool = False
     vllm_min: str | None = None
     mtp_layers: int = 0
+    # the MTP block around each MTP decoder layer: its input projection over [embedding; hidden] (2h x h) and how
+    # TP splits it, and the hidden-size norms beside the layer's own (architectures.yaml `mtp`)
+    mtp_proj_split: Split = "replicated"
+    mtp_norms: int = 4
     vision: VisionSpec | None = None  # a multimodal wrapper's vision tower (forklift.model.vision)
     rope_caches: tuple[RopeCache, ...] = ()  # only for families whose entry names them (architectures.yaml)
     quant: QuantScheme

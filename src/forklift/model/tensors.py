@@ -154,9 +154,10 @@ def model_tensors(s: ModelSpec, include_mtp: bool = False) -> list[Tensor]:
             idx = s.num_layers + k
             prefix = f"model.layers.{idx}"
             mtp = LayerSpec(index=idx, mlp="moe" if s.moe is not None else "dense", indexer=s.indexer is not None)
-            extra = [Tensor(module=f"{prefix}.eh_proj", numel=2 * h * h, split="replicated", where="final", role="mtp"),
-                     Tensor(module=f"{prefix}.norms", numel=4 * h, split="replicated", where="final", linear=False,
-                            role="mtp")]
+            extra = [Tensor(module=f"{prefix}.eh_proj", numel=2 * h * h, split=s.mtp_proj_split, where="final",
+                            role="mtp"),
+                     Tensor(module=f"{prefix}.norms", numel=s.mtp_norms * h, split="replicated", where="final",
+                            linear=False, role="mtp")]
             for t in [*layer_tensors(s, mtp, prefix), *extra]:
                 out.append(replace(t, where="final", layer=None))
     return out

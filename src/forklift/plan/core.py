@@ -16,7 +16,8 @@ from forklift.hardware.profiles import get as get_profile
 from forklift.model.load import SpecSource
 from forklift.model.quant import loaded_scheme, online_scheme
 from forklift.model.spec import ModelSpec
-from forklift.plan import calibrate, gb10, kvspecs, layout, probes, rules, terms
+from forklift.model.vision import tower_param_count
+from forklift.plan import calibrate, encoder, gb10, kvspecs, layout, probes, rules, terms
 from forklift.plan import weights as mem
 from forklift.plan.kvcache import KvLayout, LayerKv, largest_fitting_len
 from forklift.plan.kvcache import layout as kv_layout
@@ -182,6 +183,8 @@ def context(deployment: Deployment, src: SpecSource, vr: rules.VersionRules) -> 
     kvspecs.check_kv_dtype(deployment.recipe.serve.kv_cache_dtype, vr.version)
     layout.check_parallel(src.spec, par.tp, par.pp, par.dcp)
     profiles = node_profiles(deployment)
+    if src.spec.vision is not None and not encoder.tower_built(deployment.recipe.serve.multimodal):
+        src = src.model_copy(update={"spec": src.spec.model_copy(update={"vision": None})})
     place = layout.placement(par.tp, par.pp, len(deployment.nodes),
                              [p.gpus if p.kind == "cuda" else None for p in profiles], dp=par.dp)
     return Context(deployment, src, vr, profiles, place, settings(deployment, src.spec, profiles, vr))
@@ -257,6 +260,8 @@ def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stor
                      cal.cudagraph_gib * GIB, cal.cudagraph_subtracted)
     b = replace(profile_batch(ctx, lay.block_size), layers=end - start)
     act = terms.activation(spec, start, end, last, b, ctx.vr, st.runner).total
+    if first and spec.vision is not None:
+        act, weights = _with_encoder(ctx, b, act, weights)
     cg, graphs = terms.cudagraph_estimate(spec, ctx.vr, b) if graphs_on else (0.0, (0, 0))
     nodes = len(ctx.deployment.nodes)
     non_torch = terms.non_torch(st.tp, st.pp, nodes) + terms.profile_host(spec, b)
@@ -265,6 +270,24 @@ def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stor
         cg += g.cudagraph_excess_gib * GIB if graphs_on else 0.0  # the estimator reads MemFree there (gb10.py)
         non_torch += unified_watermarks(ctx).page_cache * GIB  # the page cache a raised low watermark keeps out
     return Terms(weights, act, non_torch, cg, graphs_on and ctx.vr.subtracts_cudagraphs(st.runner), graphs)
+
+
+def encoder_profile(ctx: Context) -> encoder.EncoderProfile:
+    st = ctx.st
+    return encoder.profile(ctx.spec.vision, ctx.deployment.recipe.serve.multimodal, mnbt=st.mnbt, seqs=st.seqs,
+                           max_model_len=st.max_model_len, tp=st.tp, dtype_bytes=st.dtype_bytes)
+
+
+def _with_encoder(ctx: Context, b: terms.Batch, act: float, weights: float) -> tuple[float, float]:
+    """The first stage's activation with the encoder's profile pass (plan/encoder.py), and its weights with a whole
+    tower per rank under mm_encoder_tp_mode 'data' (the table shards it over TP like vLLM's default)."""
+    e = encoder_profile(ctx)
+    if not e.skipped:
+        c0 = float(rules.measured()["activation_c0_gib"]) * GIB
+        act = max(act + e.held, c0 + e.peak)
+    if ctx.deployment.recipe.serve.multimodal.mm_encoder_tp_mode == "data" and ctx.st.tp > 1 and ctx.spec.vision:
+        weights += tower_param_count(ctx.spec.vision) * b.dtype_bytes * (1 - 1 / ctx.st.tp)
+    return act, weights
 
 
 def unified_watermarks(ctx: Context) -> gb10.WatermarkCost:

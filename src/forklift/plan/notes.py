@@ -6,7 +6,17 @@ from forklift import speculative
 from forklift.model.spec import ModelSpec
 from forklift.model.vision import tower_param_count
 from forklift.plan import gb10, kvspecs, rules
-from forklift.plan.core import GIB, Core, above_model_len, allow_long, draft_cost, free_check, unified_watermarks
+from forklift.plan.core import (
+    GIB,
+    Context,
+    Core,
+    above_model_len,
+    allow_long,
+    draft_cost,
+    encoder_profile,
+    free_check,
+    unified_watermarks,
+)
 from forklift.recipe import exposure
 from forklift.recipe.exposure import open_without_key
 from forklift.recipe.schema import Recipe
@@ -24,10 +34,8 @@ def _source_notes(core: Core) -> list[str]:
                 else f"parameter counts x storage format ({spec.quant.method}: {spec.quant.linear_format})")]
     if spec.vision is not None:
         notes.append(f"vision tower ({spec.vision.tower}, {tower_param_count(spec.vision) / 1e6:,.0f}M parameters from "
-                     "vision_config) counted in the first stage's weights at the model dtype; assumption: the memory "
-                     "vLLM's profile run spends on the multimodal encoder (dummy items up to the encoder budget, "
-                     "their outputs held through the dummy forward) is not modelled, so the KV pool may be smaller "
-                     "than planned (vLLM's --skip-mm-profiling skips that pass)")
+                     "vision_config) counted in the first stage's weights at the model dtype")
+        notes.append(_encoder_note(ctx))
     asked = recipe.serve.max_model_len
     if asked is not None and above_model_len(spec, asked) and allow_long(ctx.deployment):
         notes.append(f"max_model_len {asked:,} is above the model's {spec.max_len_key} ({spec.derived_max_len:,}); "
@@ -263,3 +271,13 @@ def claim_notes(recipe: Recipe, spec: ModelSpec, plan_partition: list[int], weig
             "a TP=2 per-node figure for a 4-bit GLM-4.7, not this PP=3 deployment" if tok > single * 1.5 else
             f"{src} states {tok} tok/s decode; planned roofline {single:.1f} tok/s")
     return out
+
+
+def _encoder_note(ctx: Context) -> str:
+    e = encoder_profile(ctx)
+    if e.skipped:
+        return f"multimodal encoder profiling: none ({e.skipped})"
+    return (f"multimodal encoder profiling: {e.items} dummy image(s) of {e.tokens_per_item:,} tokens; outputs held "
+            f"through the dummy forward {e.held / 2**30:.2f} GiB, the tower's own peak {e.peak / 2**30:.2f} GiB "
+            "(an estimate from its block shapes); the profile's activation takes the larger "
+            "(--skip-mm-profiling skips the pass)")

@@ -323,6 +323,27 @@ Quantization = Literal[
 ]
 
 
+class Multimodal(Strict):
+    """The multimodal knobs that change memory (vLLM's MultiModalConfig). Null means vLLM's own default."""
+
+    limit_mm_per_prompt: dict[str, Annotated[int, Field(ge=0)]] | None = Field(
+        default=None, description="--limit-mm-per-prompt, items per modality (image, video, audio). Every modality "
+        "of a tower at 0 skips building that tower (no weights, no encoder profiling).",
+    )
+    skip_mm_profiling: bool = Field(
+        default=False, description="--skip-mm-profiling: the profile run skips the encoder on dummy items, so the "
+        "KV pool is sized without the encoder's peak (a real image batch can then run out of memory).",
+    )
+    mm_encoder_tp_mode: Literal["weights", "data"] = Field(
+        default="weights", description="--mm-encoder-tp-mode: 'weights' shards the tower over TP; 'data' keeps a "
+        "whole tower on every TP rank and splits the batch.",
+    )
+    max_pixels: int | None = Field(
+        default=None, ge=1, description="--mm-processor-kwargs max_pixels: the image processor's largest image, "
+        "which sets the tokens per dummy item vLLM profiles the encoder with.",
+    )
+
+
 class Serve(Strict):
     """vLLM serving knobs. Null means vLLM's own default."""
 
@@ -361,6 +382,9 @@ class Serve(Strict):
     speculative: Speculative | None = Field(
         default=None, description="Speculative decoding (--speculative-config), typed per method: ngram, ngram_gpu, "
         "suffix, draft_model, eagle, eagle3, mtp, dflash, dspark, medusa.",
+    )
+    multimodal: Multimodal = Field(
+        default_factory=Multimodal, description="Multimodal towers: items per prompt, encoder profiling, tower TP."
     )
     api_key_env: str | None = Field(
         default=None, description="Name of an environment variable holding the API key (never the key)."
