@@ -158,8 +158,18 @@ def persistent_workspace(s: ModelSpec, start: int, end: int, b: Batch) -> float:
 
 
 def sampler_peak(s: ModelSpec, b: Batch, bytes_per_logit: float) -> float:
-    """The dummy sampler on the last stage: min(max_num_seqs, N) rows of the full vocabulary, hidden states alive."""
-    return bytes_per_logit * min(b.seqs, b.mnbt) * s.vocab_size + b.mnbt * s.hidden_size * b.dtype_bytes
+    """The dummy sampler on the last stage: min(max_num_seqs, N) rows of the full vocabulary, hidden states alive.
+
+    With speculation (any method) gpu_model_runner.py _dummy_sampler_run @0.26.0 then runs the rejection sampler on
+    one dummy draft per request: new logits of 2R rows in the model dtype (torch.randn, 2 x 2 B per R x V), and
+    rejection_sampler.py RejectionSampler.forward upcasts the R target rows to fp32 (4 B) and clones them (4 B)
+    before apply_sampling_constraints runs top-k / top-p on the clone (the plain sampler's bytes per logit less its
+    own model-dtype input). draft_probs stay None under the default draft_sample_method 'greedy'."""
+    rows = min(b.seqs, b.mnbt)
+    per_logit = bytes_per_logit
+    if b.num_spec:
+        per_logit = max(per_logit, 2 * b.dtype_bytes + 4 + 4 + bytes_per_logit - b.dtype_bytes)
+    return per_logit * rows * s.vocab_size + b.mnbt * s.hidden_size * b.dtype_bytes
 
 
 @dataclass(frozen=True)
