@@ -20,6 +20,7 @@ p = AutoProcessor.from_pretrained(sys.argv[1])
 print("processor", type(p).__name__, p.image_token, p.tokenizer.convert_tokens_to_ids(p.image_token), f"{time.time()-t:.1f}s")
 PY
 for id in "$@"; do
+  [ $SECONDS -gt ${BUDGET:-360} ] && { echo "$id: not started (call budget)"; continue; }
   args=$(python3 -c "import json,sys;p=[p for p in json.load(open('$HERE/points.json'))['points'] if p['id']=='$id'][0];print(' '.join(p['vllm_args']))")
   log=$OUT/$id-qwen36-27b-mtp-vl.log; t=$SECONDS
   echo "== $id: vllm serve $args"
