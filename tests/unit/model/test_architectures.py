@@ -100,6 +100,17 @@ def test_refused_architectures_say_why(arch: str) -> None:
     assert arch in err.value.message and "not model" in err.value.message or "removed" in err.value.message
 
 
+def test_qwen38_flash_next_is_refused_naming_the_release_and_the_missing_pieces() -> None:
+    """Qwen3.8-Flash-Next's config says Qwen4ExpForConditionalGeneration over a Qwen3.5-style text_config: planning
+    it as qwen3_5 would drop its sparse-attention indexer and n-gram tables, so the plan names them and the release."""
+    cfg = {"architectures": ["Qwen4ExpForConditionalGeneration"], "model_type": "qwen4_exp",
+           "text_config": {"hidden_size": 2560, "num_hidden_layers": 48, "full_attention_interval": 4}}
+    with pytest.raises(UnknownArchitectureError) as err:
+        from_config(cfg)
+    msg = err.value.message
+    assert "0.29.0" in msg and "indexer" in msg and "n-gram" in msg
+
+
 def test_unknown_hybrid_is_named_with_what_its_config_shows() -> None:
     cfg = {"architectures": ["NewHybridForCausalLM"], "hybrid_override_pattern": "M*", "kv_lora_rank": 512}
     with pytest.raises(UnknownArchitectureError) as err:
