@@ -6,6 +6,7 @@ from forklift import speculative
 from forklift.model.spec import ModelSpec
 from forklift.model.vision import tower_param_count
 from forklift.plan import gb10, kvspecs, rules
+from forklift.plan.encoder import tower_built
 from forklift.plan.core import (
     GIB,
     Context,
@@ -36,6 +37,9 @@ def _source_notes(core: Core) -> list[str]:
         notes.append(f"vision tower ({spec.vision.tower}, {tower_param_count(spec.vision) / 1e6:,.0f}M parameters from "
                      "vision_config) counted in the first stage's weights at the model dtype")
         notes.append(_encoder_note(ctx))
+    elif not tower_built(recipe.serve.multimodal):
+        notes.append("multimodal encoder profiling: none (every modality of the tower has limit_mm_per_prompt 0: the "
+                     "tower is not built, so neither its weights nor its profile pass are counted)")
     asked = recipe.serve.max_model_len
     if asked is not None and above_model_len(spec, asked) and allow_long(ctx.deployment):
         notes.append(f"max_model_len {asked:,} is above the model's {spec.max_len_key} ({spec.derived_max_len:,}); "
