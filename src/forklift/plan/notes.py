@@ -6,7 +6,6 @@ from forklift import speculative
 from forklift.model.spec import ModelSpec
 from forklift.model.vision import tower_param_count
 from forklift.plan import gb10, kvspecs, rules
-from forklift.plan.encoder import tower_built
 from forklift.plan.core import (
     GIB,
     Context,
@@ -18,6 +17,7 @@ from forklift.plan.core import (
     free_check,
     unified_watermarks,
 )
+from forklift.plan.encoder import tower_built
 from forklift.recipe import exposure
 from forklift.recipe.exposure import open_without_key
 from forklift.recipe.schema import Recipe

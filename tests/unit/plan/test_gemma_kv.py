@@ -33,6 +33,8 @@ def test_gemma3_groups_and_tokens_follow_the_hybrid_manager(tmp_path: Path, tp: 
     assert rank.kv_bytes_per_token == 62 * 2 * heads * 128 * 2
 
 
-def test_gemma3_vision_is_an_assumption_in_the_notes(tmp_path: Path) -> None:
+def test_gemma3_vision_tower_and_its_profile_pass_are_in_the_notes(tmp_path: Path) -> None:
+    """SigLIP: 256 tokens per image (mm_tokens_per_image); the encoder budget max(8,192, 256) holds 32 of them."""
     plan = make(recipe_for(tmp_path, GEMMA3, hardware="h200", max_model_len=8192))
-    assert any("vision tower (siglip" in n and "assumption" in n for n in plan.notes)
+    assert any("vision tower (siglip" in n for n in plan.notes)
+    assert any("32 dummy image(s) of 256 tokens" in n for n in plan.notes)
