@@ -76,4 +76,4 @@ def test_multimodal_knobs_render_as_vllm_flags() -> None:
     assert "--skip-mm-profiling" in flags
     assert flags[flags.index("--mm-encoder-tp-mode") + 1] == "data"
     assert flags[flags.index("--mm-processor-kwargs") + 1] == '{"max_pixels": 1048576}'
-    assert not any(f.startswith("--limit-mm") or f.startswith("--mm-") for f in serve_flags(Serve()))
+    assert not any(f.startswith(("--limit-mm", "--mm-", "--skip-mm")) for f in serve_flags(Serve()))
