@@ -298,7 +298,8 @@ def _ct_group(weights: Mapping[str, Any], fmt_name: str) -> dict[str, Any]:
     if bits == 8:
         fmt = "fp8" if kind == "float" else "int8"
         block = weights.get("block_structure")
-        out: dict[str, Any] = {"layout": fmt, "linear_format": fmt, "linear_bytes": 1.0 + (2.0 / group if group else 0.0)}
+        out: dict[str, Any] = {"layout": fmt, "linear_format": fmt,
+                               "linear_bytes": 1.0 + (2.0 / group if group else 0.0)}
         if fmt == "fp8" and str(weights.get("strategy")) == "block" and isinstance(block, list) and len(block) == 2:
             out |= {"layout": "fp8_block", "weight_block": (int(block[0]), int(block[1]))}
         elif group and kind == "int":  # W8A16 groups: the wNa16 scheme

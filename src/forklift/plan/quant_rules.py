@@ -55,7 +55,8 @@ def _method_row(scheme: QuantScheme) -> Mapping[str, Any]:
     rows: Mapping[str, Any] = layouts()["methods"]
     name = scheme.method if scheme.method in rows else next(
         (n for n, r in rows.items() if scheme.method in r.get("checkpoint", ())), "")
-    return rows.get(name, {})
+    row: Mapping[str, Any] = rows.get(name, {})
+    return row
 
 
 def supported(scheme: QuantScheme, version: str) -> Mapping[str, Any]:
@@ -188,7 +189,7 @@ def block_failure(spec: ModelSpec, scheme: QuantScheme, tp: int, expert_tp: int)
             if size % block_n:
                 return f"{lin.name}: output partition {size} per TP rank is not a multiple of block_n {block_n}"
         if lin.k % block_k:  # per_token_group_quant_fp8 on the layer's input at the first forward
-            return f"{lin.name}: input {lin.k} per TP rank is not a multiple of the activation group (block_k) {block_k}"
+            return f"{lin.name}: input {lin.k} per TP rank is not a multiple of the activation group {block_k}"
     moe = spec.moe
     if moe is not None and scheme.quantized("model.layers.0.mlp.experts", linear=True, role="experts") \
             and any(layer.moe for layer in spec.layers):
@@ -235,7 +236,8 @@ def _marlin_act_order_shape(spec: ModelSpec, scheme: QuantScheme, setup: Setup) 
             raise PlanError(
                 f"{t.module}: no vLLM kernel takes this {scheme.linear_format}"
                 f"{' act-order' if scheme.act_order else ''} layer at parallel.tp={setup.tp} on compute capability "
-                f"{setup.capability} (N per rank {shape.n_fused}, K per rank {shape.k}; {source('marlin_act_order_shape')})",
+                f"{setup.capability} (N per rank {shape.n_fused}, K per rank {shape.k}; "
+                f"{source('marlin_act_order_shape')})",
                 fix="Use a parallel.tp that keeps N per rank a multiple of 64 and K per rank a multiple of 128 and of "
                 "the group size, or a checkpoint without act-order (desc_act: false).")
 

@@ -106,7 +106,7 @@ def _mxfp4_experts(spec: ModelSpec, t: Tensor, share: ExpertShare, nbytes_per: f
 def weight_table(spec: ModelSpec, quant: QuantScheme, base_bytes: float, tp: int, pp: int, *, include_mtp: bool,
                  experts: ExpertShare | None = None, capability: str | None = None) -> WeightTable:
     """Weight bytes per rank, by layer, from parameter counts and the storage format of each tensor: the checkpoint's
-    format, or with ``capability`` (a CUDA GPU's) what the kernel vLLM picks there keeps (forklift.plan.quant_layout)."""
+    format, or with ``capability`` (a CUDA GPU's) what the kernel vLLM picks there keeps (plan.quant_layout)."""
     share = experts or ExpertShare(tp=tp)
     n = spec.num_layers
     lb, la, lp, ex = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
