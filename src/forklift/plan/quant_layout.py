@@ -211,8 +211,9 @@ class LayerShapes:
         if own is None:
             return None
         k, n, k_full = own
-        head = t.module.rpartition(".")[0]
-        return Shape(k=k, n=n, k_full=k_full, n_fused=self._fused.get((t.layer, head), n))
+        head, _, proj = t.module.rpartition(".")
+        fused = self._fused.get((t.layer, head), n) if proj in _QKV else n
+        return Shape(k=k, n=n, k_full=k_full, n_fused=fused)
 
 
 class StoredLayout:
