@@ -77,14 +77,18 @@ def _kernels(point: dict[str, Any], version: str, tmp: Path) -> tuple[str, float
     layout = StoredLayout(spec, scheme, tensors, tp=ctx.st.tp, capability=ctx.st.capability,
                           act_bytes=float(ctx.st.dtype_bytes))
     extra = 0.0
+    used: dict[str, float] = {}
     for t in tensors:
         if t.role == "experts" or not scheme.quantized(t.module, linear=t.linear, role=t.role):
             continue
+        found = layout.kernel_for(t)
+        if found is not None:
+            used[found[0].name] = used.get(found[0].name, 0.0) + found[1].n / found[1].n_fused
         got = layout.tensor_bytes(t)
         if got is not None:
             ways = {"col": ctx.st.tp, "row": ctx.st.tp, "kv": min(ctx.st.tp, spec.num_kv_heads)}.get(t.split, 1)
             extra += got - t.numel / ways * scheme.linear_bytes
-    names = ", ".join(f"{k} ({round(n)})" for k, n in sorted(layout.used.items(), key=lambda kv: -kv[1]))
+    names = ", ".join(f"{k} ({round(n)})" for k, n in sorted(used.items(), key=lambda kv: -kv[1]))
     return names or "-", round(extra / GIB, 3)
 
 

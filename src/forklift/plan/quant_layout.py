@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from forklift.model.quant import QuantScheme, layouts
 from forklift.model.spec import ModelSpec, Tensor
+from forklift.model.tensors import model_tensors
 
 _QKV = ("q_proj", "k_proj", "v_proj")
 
@@ -216,6 +217,16 @@ class LayerShapes:
         return Shape(k=k, n=n, k_full=k_full, n_fused=fused)
 
 
+@lru_cache(maxsize=16)
+def quantized_linears(spec: ModelSpec, scheme: QuantScheme, tp: int) -> tuple[tuple[Tensor, Shape | None], ...]:
+    """The dense linear tensors vLLM quantizes (routed experts and MTP layers aside), with their shape on one rank:
+    what the start rules and the kernel notes walk (cached: every plan of a recipe's advice asks again)."""
+    tensors = model_tensors(spec)
+    shapes = LayerShapes(spec, tensors, tp)
+    return tuple((t, shapes.shape(t)) for t in tensors
+                 if t.role != "experts" and scheme.quantized(t.module, linear=t.linear, role=t.role))
+
+
 class StoredLayout:
     """Per-tensor stored bytes of one scheme on one GPU (None where the checkpoint layout stands)."""
 
@@ -226,6 +237,11 @@ class StoredLayout:
         self.shapes = LayerShapes(spec, tensors, tp)
         self.used: dict[str, float] = {}
         """Kernel name -> how many of vLLM's (fused) linear layers it holds (notes, bench)."""
+        runnable = [k for k in kernels(scheme.layout) if self.cap is not None and _capable(k, self.cap)]
+        self.trivial = all(k.same_as_loaded for k in runnable)
+        """Every kernel that can run here keeps the checkpoint layout: nothing to evaluate per layer."""
+        self._memo: dict[Shape, Kernel | None] = {}
+        self._bytes: dict[Shape, float] = {}
 
     def kernel_for(self, t: Tensor) -> tuple[Kernel, Shape] | None:
         if self.cap is None or t.role == "experts" or not kernels(self.scheme.layout):
@@ -233,11 +249,15 @@ class StoredLayout:
         shape = self.shapes.shape(t)
         if shape is None:
             return None
-        kernel = choose(self.scheme, shape, self.cap)
+        if shape not in self._memo:
+            self._memo[shape] = choose(self.scheme, shape, self.cap)
+        kernel = self._memo[shape]
         return None if kernel is None else (kernel, shape)
 
     def tensor_bytes(self, t: Tensor) -> float | None:
         """Stored bytes of a quantized tensor on this rank, or None to keep numel x the checkpoint bytes."""
+        if self.trivial:
+            return None
         found = self.kernel_for(t)
         if found is None:
             return None
@@ -245,4 +265,6 @@ class StoredLayout:
         self.used[kernel.name] = self.used.get(kernel.name, 0.0) + shape.n / shape.n_fused
         if kernel.same_as_loaded:
             return None
-        return stored_bytes(kernel, self.scheme, shape, self.act_bytes) * shape.n / shape.n_fused
+        if shape not in self._bytes:
+            self._bytes[shape] = stored_bytes(kernel, self.scheme, shape, self.act_bytes) * shape.n / shape.n_fused
+        return self._bytes[shape]

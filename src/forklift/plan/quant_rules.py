@@ -17,7 +17,6 @@ from typing import Any
 from forklift.errors import PlanError
 from forklift.model.quant import QuantScheme, layouts, loaded_scheme, online_scheme
 from forklift.model.spec import ModelSpec, Tensor
-from forklift.model.tensors import model_tensors
 from forklift.plan import quant_layout
 from forklift.plan.rules import version_key
 
@@ -143,14 +142,9 @@ class _Linear:
 
 def _linears(spec: ModelSpec, scheme: QuantScheme, tp: int) -> Iterator[_Linear]:
     """Each distinct quantized dense linear layer, as vLLM builds it (q / k / v as one QKVParallelLinear)."""
-    tensors = model_tensors(spec)
-    shapes = quant_layout.LayerShapes(spec, tensors, tp)
     groups: dict[tuple[int | None, str], list[tuple[Tensor, quant_layout.Shape]]] = {}
-    for t in tensors:
-        if t.role in ("experts", "lm_head") or not scheme.quantized(t.module, linear=t.linear, role=t.role):
-            continue
-        shape = shapes.shape(t)
-        if shape is None:
+    for t, shape in quant_layout.quantized_linears(spec, scheme, tp):
+        if t.role == "lm_head" or shape is None:
             continue
         head, _, proj = t.module.rpartition(".")
         fused = proj in ("q_proj", "k_proj", "v_proj") and shape.n_fused != shape.n
@@ -220,12 +214,7 @@ def _wna16_layers(spec: ModelSpec, scheme: QuantScheme, setup: Setup) -> Iterato
     cap = quant_layout.capability_int(setup.capability)
     if cap is None or scheme.layout != "wna16":
         return
-    tensors = model_tensors(spec)
-    shapes = quant_layout.LayerShapes(spec, tensors, setup.tp)
-    for t in tensors:
-        if t.role == "experts" or not scheme.quantized(t.module, linear=t.linear, role=t.role):
-            continue
-        shape = shapes.shape(t)
+    for t, shape in quant_layout.quantized_linears(spec, scheme, setup.tp):
         if shape is not None:
             yield t, shape, quant_layout.choose(scheme, shape, cap)
 
@@ -245,12 +234,9 @@ def _marlin_act_order_shape(spec: ModelSpec, scheme: QuantScheme, setup: Setup) 
 def _ct_group_partition(spec: ModelSpec, scheme: QuantScheme, setup: Setup) -> None:
     if scheme.layout != "wna16" or scheme.group <= 0 or (scheme.act_order and scheme.act_order_scales_full):
         return
-    tensors = model_tensors(spec)
-    shapes = quant_layout.LayerShapes(spec, tensors, setup.tp)
-    for t in tensors:
-        if t.split != "row" or not scheme.quantized(t.module, linear=t.linear, role=t.role):
+    for t, shape in quant_layout.quantized_linears(spec, scheme, setup.tp):
+        if t.split != "row":
             continue
-        shape = shapes.shape(t)
         if shape is not None and shape.k % scheme.group:
             raise PlanError(
                 f"{t.module}: input features per TP rank {shape.k} (parallel.tp={setup.tp}) are not a multiple of the "
@@ -319,13 +305,13 @@ def notes(spec: ModelSpec, scheme: QuantScheme, setup: Setup) -> list[str]:
 
 def _kernel_notes(spec: ModelSpec, scheme: QuantScheme, setup: Setup) -> list[str]:
     """Which kernels hold the quantized layers, where one of them keeps more (or less) than the checkpoint."""
-    tensors = model_tensors(spec)
-    layout = quant_layout.StoredLayout(spec, scheme, tensors, tp=setup.tp, capability=setup.capability,
-                                       act_bytes=float(setup.dtype_bytes))
+    linears = quant_layout.quantized_linears(spec, scheme, setup.tp)
+    layout = quant_layout.StoredLayout(spec, scheme, [t for t, _ in linears], tp=setup.tp,
+                                       capability=setup.capability, act_bytes=float(setup.dtype_bytes))
+    if layout.trivial:
+        return []
     delta = 0.0
-    for t in tensors:
-        if t.role == "experts" or not scheme.quantized(t.module, linear=t.linear, role=t.role):
-            continue
+    for t, _ in linears:
         got = layout.tensor_bytes(t)
         if got is not None:
             ways = {"col": setup.tp, "row": setup.tp, "kv": min(setup.tp, spec.num_kv_heads)}.get(t.split, 1)

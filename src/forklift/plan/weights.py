@@ -125,8 +125,7 @@ def weight_table(spec: ModelSpec, quant: QuantScheme, base_bytes: float, tp: int
                 else numel * per
         else:
             numel = t.numel / _divisor(t, tp, spec)
-            kernel = stored.tensor_bytes(t) if stored is not None and \
-                quant.quantized(t.module, linear=t.linear, role=t.role) else None
+            kernel = stored.tensor_bytes(t) if stored is not None and per != base_bytes else None  # quantized
             nbytes = numel * per if kernel is None else kernel
         frac = top_frac if t.role == "experts" else 1.0
         if t.where == "embed":

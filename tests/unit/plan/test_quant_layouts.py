@@ -206,3 +206,38 @@ def test_native_nvfp4_and_fp8_keep_the_checkpoint_layout(tmp_path: Path) -> None
     assert _weights(tmp_path, nvfp4, "b200") == pytest.approx(LINEAR * (0.5 + 1 / 16) + BF16_REST, abs=0.001 * GIB)
     fp8 = {"quant_method": "fp8", "activation_scheme": "dynamic"}
     assert _weights(tmp_path, fp8) == pytest.approx(LINEAR * 1 + BF16_REST, abs=0.001 * GIB)
+
+
+# ------------------------------------------------------------------------------- against the H200 grid logs
+
+
+def _logged_kernels(text: str) -> set[str]:
+    """The linear kernels vLLM names at load: 'Using MacheteLinearKernel for ...' / 'Selected X for ...'."""
+    import re
+    return set(re.findall(r"(?:Using|Selected) (\w+Kernel) for (?:AutoAWQ|AutoGPTQ|CompressedTensors|Fp8)", text))
+
+
+def test_the_kernel_chosen_per_layer_is_the_one_each_h200_grid_log_names(tmp_path: Path) -> None:
+    # tests/data/calibration/h200-grid/q*.log (vLLM 0.26.0 on an H200): the planner's kernel for every quantized dense
+    # layer must be the kernel vLLM logged for that checkpoint
+    from benchmarks import plan_accuracy as pa
+
+    from forklift.model.load import spec_for
+    from forklift.plan.make import deployment_of
+
+    checked = 0
+    for point, log, _ in pa.points():
+        if log is None or not point["id"].startswith("q"):
+            continue
+        logged = _logged_kernels(log.read_text(errors="replace"))
+        deployment = deployment_of(pa.recipe_for(point, tmp_path))
+        spec = spec_for(deployment.recipe.model).spec
+        linears = [t for t, _ in quant_layout.quantized_linears(spec, spec.quant, 1)]
+        layout = quant_layout.StoredLayout(spec, spec.quant, linears, tp=1, capability="9.0", act_bytes=2.0)
+        ours = {found[0].name for t in linears if (found := layout.kernel_for(t)) is not None}
+        if point["model"].endswith("gptq-nolist"):  # dummy load: no layer quantized, no kernel logged
+            assert not logged
+            continue
+        assert ours == logged, (point["id"], ours, logged)
+        checked += 1
+    assert checked >= 8
