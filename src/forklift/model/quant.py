@@ -1,12 +1,13 @@
-"""Stored bytes per parameter, as vLLM maps a checkpoint's ``quantization_config`` to a method (config/model.py
-``_verify_quantization`` and each method's ``override_quantization_method``), and which modules each method
-leaves unquantized, matched the way that method matches (substring for AWQ, exact or ``re:`` regex for
-compressed-tensors, exact / substring / wildcard for ModelOpt, exact for fp8, ``-:`` regex for GPTQ dynamic, ...).
+"""A checkpoint's ``quantization_config`` as vLLM maps it to a method: the stored format of the linear layers, which
+modules stay in the model dtype (matched the way that method matches: substring for AWQ, exact or ``re:`` regex for
+compressed-tensors, exact / substring / wildcard for ModelOpt, exact for fp8, ``-:`` regex for GPTQ dynamic, ...),
+and the parameters the kernels and start rules need (bits, group, zero points, act-order, blocks).
 
-Sources: vLLM 0.26.0 ``model_executor/layers/quantization/`` (utils/quant_utils.py is_layer_skipped,
-compressed_tensors/utils.py should_ignore_layer, modelopt.py is_layer_excluded, utils/gptq_utils.py
-get_dynamic_override, inc/inc.py override_quantization_method); bytes per format: research notes
-kv-and-arch-spec.md section 8.2.
+The per-method knowledge is data: ``quant_layouts.yaml`` (methods, with the vLLM file and function each row was read
+from) and ``quant_formats.yaml`` (bytes per parameter of the fixed formats). This module reads a config with the row
+of its method; only configs that are a structure (compressed-tensors config groups, ModelOpt's quant_algo, AutoRound's
+data types, bitsandbytes' flags) have a reader of their own. What a kernel keeps per GPU family is
+forklift.plan.quant_layout's (it needs the hardware).
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from forklift.errors import ModelError
 from forklift.yamlio import load_data
 
-Match = Literal["none", "exact", "substring", "modelopt", "ct", "fp8", "gptq"]
+Match = Literal["none", "exact", "substring", "modelopt", "ct", "fp8", "gptq", "bnb"]
 _SHARDS = {"gate_up_proj": ("gate_proj", "up_proj"), "qkv_proj": ("q_proj", "k_proj", "v_proj")}
 
 
@@ -32,6 +33,19 @@ def format_bytes() -> dict[str, float]:
     """Bytes per parameter of the named weight formats (data: quant_formats.yaml)."""
     text = (resources.files("forklift.model") / "quant_formats.yaml").read_text()
     return {str(k): float(v) for k, v in load_data(text).items()}
+
+
+@cache
+def layouts() -> dict[str, Any]:
+    """The method and kernel rows (data: quant_layouts.yaml)."""
+    data: dict[str, Any] = load_data((resources.files("forklift.model") / "quant_layouts.yaml").read_text())
+    return data
+
+
+@cache
+def _method_of_checkpoint() -> dict[str, str]:
+    """config.json quant_method -> vLLM's method name (each row's ``checkpoint`` list)."""
+    return {str(alias): name for name, row in layouts()["methods"].items() for alias in row["checkpoint"]}
 
 
 def _names(module: str) -> list[str]:
@@ -83,9 +97,17 @@ def _skip_gptq(name: str, entries: tuple[str, ...]) -> bool:
     return any(_regex(e[2:], name) for e in entries if e.startswith("-:"))
 
 
+def _skip_bnb(name: str, entries: tuple[str, ...]) -> bool:
+    """bitsandbytes.py is_layer_skipped_bnb: an entry equal to one dotted component of the (fused) name, or to one
+    of its leading prefixes."""
+    parts = name.split(".")
+    prefixes = {".".join(parts[: i + 1]) for i in range(len(parts))}
+    return any(e in parts or e in prefixes for e in entries)
+
+
 _MATCHERS: dict[Match, Callable[[str, tuple[str, ...]], bool]] = {
     "none": lambda name, entries: False, "exact": _skip_exact, "substring": _skip_substring,
-    "modelopt": _skip_modelopt, "ct": _skip_ct, "fp8": _skip_fp8, "gptq": _skip_gptq,
+    "modelopt": _skip_modelopt, "ct": _skip_ct, "fp8": _skip_fp8, "gptq": _skip_gptq, "bnb": _skip_bnb,
 }
 
 
@@ -98,13 +120,15 @@ class QuantScheme(BaseModel):
     """vLLM's method name (auto_awq, auto_gptq, inc, compressed-tensors, modelopt, modelopt_fp4, fp8, mxfp4, ...)."""
     linear_format: str = "bf16"
     linear_bytes: float = 2.0
+    """Bytes per parameter of a quantized linear layer as the checkpoint stores it (the kernel's own layout, which
+    depends on the GPU: forklift.plan.quant_layout)."""
     exclude: tuple[str, ...] = ()
     match: Match = "none"
     experts_only: bool = False
     expert_bytes: float | None = None
     """Bytes per parameter of routed experts when they differ from the other linear layers."""
     weight_block: tuple[int, int] | None = None
-    """Block-FP8 ``weight_block_size`` [block_n, block_k] (fp8 method), None for other formats."""
+    """Block-FP8 ``weight_block_size`` [block_n, block_k] (fp8, ModelOpt FP8_PB_WO, compressed-tensors block)."""
     lm_head: bool = True
     """Whether the method quantizes lm_head. vLLM's ParallelLMHead is a VocabParallelEmbedding, not a LinearBase:
     fp8 (fp8.py Fp8Config.get_quant_method) and compressed-tensors (compressed_tensors.py get_quant_method) quantize
@@ -117,18 +141,39 @@ class QuantScheme(BaseModel):
     kv_cache_dtype: str | None = None
     """The KV dtype the checkpoint declares (ModelOpt kv_cache_quant_algo, compressed-tensors kv_cache_scheme):
     vLLM's ``--kv-cache-dtype auto`` resolves to it (utils/torch_utils.py resolve_kv_cache_dtype_string)."""
+    # What the kernels and start rules read (quant_layouts.yaml); kept out of dumps so model fingerprints (stored
+    # calibrations and probes) stay what they were.
+    layout: str = Field(default="none", exclude=True)
+    """The stored layout family: a key of quant_layouts.yaml ``kernels`` (wna16, fp8, fp8_block, int8, nvfp4, mxfp4,
+    mxfp8, bnb4, bnb8) or none."""
+    bits: int = Field(default=16, exclude=True)
+    group: int = Field(default=0, exclude=True)
+    """Integer layouts: the group size along K (-1: one group per output channel)."""
+    zero_point: bool = Field(default=False, exclude=True)
+    act_order: bool = Field(default=False, exclude=True)
+    loaded_zeros: bool = Field(default=False, exclude=True)
+    loaded_g_idx: bool = Field(default=False, exclude=True)
+    act_order_scales_full: bool = Field(default=False, exclude=True)
+    params: tuple[tuple[str, str], ...] = Field(default=(), exclude=True)
+    """Config values the start rules check (sym, data_type, ...), as read."""
+    rules: tuple[str, ...] = Field(default=(), exclude=True)
+    """The start rules of this method (quant_layouts.yaml start_rules)."""
 
     def excluded(self, module: str) -> bool:
         return _MATCHERS[self.match](module, self.exclude)
 
-    def bytes_for(self, module: str, *, linear: bool, role: str, base_bytes: float) -> float:
+    def quantized(self, module: str, *, linear: bool, role: str) -> bool:
+        """Whether vLLM quantizes this tensor (False: it stays in the model dtype)."""
         if not linear or self.method == "none":
-            return base_bytes
+            return False
         if self.experts_only and role != "experts":
-            return base_bytes
+            return False
         if role == "lm_head" and not self.lm_head:
-            return base_bytes
-        if self.excluded(module):
+            return False
+        return not self.excluded(module)
+
+    def bytes_for(self, module: str, *, linear: bool, role: str, base_bytes: float) -> float:
+        if not self.quantized(module, linear=linear, role=role):
             return base_bytes
         if role == "experts" and self.expert_bytes is not None:
             return self.expert_bytes
@@ -139,6 +184,9 @@ class QuantScheme(BaseModel):
         if self.bytes_for(module, linear=linear, role=role, base_bytes=-1.0) == -1.0:
             return base
         return self.linear_format
+
+    def param(self, key: str, default: str = "") -> str:
+        return dict(self.params).get(key, default)
 
 
 def _patterns(values: Any) -> tuple[str, ...]:
@@ -155,122 +203,192 @@ def int_bytes(bits: int, group: int, *, zeros: bool, scale_bytes: int = 2) -> fl
     return bits / 8 + scale_bytes / g + (bits / 8 / g if zeros else 0.0)
 
 
-def _scheme(method: str, fmt: str, nbytes: float, exclude: tuple[str, ...], match: Match, **kw: Any) -> QuantScheme:
-    return QuantScheme(method=method, linear_format=fmt, linear_bytes=nbytes, exclude=exclude, match=match, **kw)
+def _first(qc: Mapping[str, Any], keys: list[str], default: Any = None) -> Any:
+    """The first of ``keys`` the config sets (vLLM's QuantizationConfig.get_from_keys_or; an empty list counts as
+    unset, as fp8.py Fp8Config.from_config falls back from ignored_layers to modules_to_not_convert), else
+    ``default``."""
+    for key in keys:
+        value = qc.get(key)
+        if value is not None and value != [] and value != {}:
+            return value
+    return default
 
 
-# --------------------------------------------------------------------------------------------- methods
+def _read_keys(row: Mapping[str, Any], qc: Mapping[str, Any]) -> dict[str, Any]:
+    """The row's keys from the config, with its defaults."""
+    defaults = row.get("defaults") or {}
+    return {name: _first(qc, list(keys), defaults.get(name)) for name, keys in (row.get("keys") or {}).items()}
 
 
-def _modelopt(qc: Mapping[str, Any]) -> QuantScheme:
-    """modelopt / modelopt_fp4 / modelopt_mxfp8: quant_algo FP8*, NVFP4, MXFP8; exclude_modules or ignore."""
-    algo = str(qc.get("quant_algo", "")).upper()
-    fmt = "nvfp4" if "FP4" in algo else "mxfp8" if "MXFP8" in algo else "fp8"
-    method = {"nvfp4": "modelopt_fp4", "mxfp8": "modelopt_mxfp8"}.get(fmt, "modelopt")
-    kv = str(qc.get("kv_cache_quant_algo") or "").upper()
-    return _scheme(method, fmt, format_bytes()[fmt], _patterns(qc.get("exclude_modules") or qc.get("ignore")),
-                   "modelopt", kv_cache_dtype="fp8" if kv == "FP8" else ("nvfp4" if "FP4" in kv else None))
+# --------------------------------------------------------------------------------------------- readers
+# Each returns the scheme's fields from a config. ``keys`` serves every method whose config is flat; the others read
+# a structure.
 
 
-def _fp8(qc: Mapping[str, Any]) -> QuantScheme:
-    block = qc.get("weight_block_size")
-    fmt = "fp8_block" if block else "fp8"
-    pair = (int(block[0]), int(block[1])) if isinstance(block, list) and len(block) == 2 else None
-    return _scheme("fp8", fmt, format_bytes()[fmt],
-                   _patterns(qc.get("ignored_layers") or qc.get("modules_to_not_convert")), "fp8", weight_block=pair,
-                   lm_head=False)
+def _wna16(p: dict[str, Any], *, zero_point: bool) -> dict[str, Any]:
+    bits, group = int(p.get("bits") or 4), int(p.get("group") or 128)
+    return {"layout": "wna16", "bits": bits, "group": group, "zero_point": zero_point,
+            "linear_format": f"int{bits}_g{group}", "linear_bytes": int_bytes(bits, group, zeros=zero_point)}
 
 
-def _mxfp4(qc: Mapping[str, Any]) -> QuantScheme:
-    # Mxfp4Config.get_quant_method: every LinearBase stays unquantized; only the routed experts are MXFP4
-    return _scheme("mxfp4", "mxfp4", format_bytes()["mxfp4"], _patterns(qc.get("modules_to_not_convert")), "none",
-                   experts_only=True)
+def _reader_keys(row: Mapping[str, Any], qc: Mapping[str, Any]) -> dict[str, Any]:
+    p = _read_keys(row, qc)
+    out: dict[str, Any] = {"exclude": _patterns(p.get("exclude"))}
+    if "lm_head" in p:
+        out["lm_head"] = bool(p["lm_head"])
+    layout = str(row["layout"])
+    if layout == "wna16":
+        sym = p.get("sym")
+        zero = bool(p["zero_point"]) if "zero_point" in p else not bool(sym if sym is not None else True)
+        out |= _wna16(p, zero_point=zero)
+        out["params"] = {"sym": str(sym if sym is not None else not zero).lower(), "bits": str(out["bits"]),
+                         "group": str(out["group"])}
+        # AutoGPTQConfig.__init__: act-order with one group per channel is no act-order
+        out["act_order"] = bool(p.get("act_order")) and out["group"] != -1
+    elif layout == "fp8":
+        block = p.get("block")
+        pair = (int(block[0]), int(block[1])) if isinstance(block, list) and len(block) == 2 else None
+        fmt = "fp8_block" if block else "fp8"
+        out |= {"layout": fmt, "linear_format": fmt, "linear_bytes": format_bytes()[fmt], "weight_block": pair}
+    else:
+        out |= {"layout": layout, "linear_format": layout, "linear_bytes": format_bytes()[layout]}
+    return out
 
 
-def _awq(qc: Mapping[str, Any]) -> QuantScheme:
-    bits = int(qc.get("bits") or qc.get("w_bit") or 4)
-    group = int(qc.get("group_size") or qc.get("q_group_size") or 128)
-    return _scheme("auto_awq", f"int{bits}_g{group}", int_bytes(bits, group, zeros=True),
-                   _patterns(qc.get("modules_to_not_convert")), "substring", lm_head=bool(qc.get("lm_head", False)))
-
-
-def _gptq(qc: Mapping[str, Any]) -> QuantScheme:
-    bits = int(qc.get("bits") or 4)
-    group = int(qc.get("group_size") or 128)
+def _reader_gptq_lists(row: Mapping[str, Any], qc: Mapping[str, Any], out: dict[str, Any]) -> None:
+    """GPTQ's ``dynamic`` negative keys and ``modules_in_block_to_quantize`` as matcher entries."""
     dynamic = qc.get("dynamic") or {}
     entries = [str(k) for k in dynamic if str(k).startswith("-:")] if isinstance(dynamic, Mapping) else []
     blocks = qc.get("modules_in_block_to_quantize")
     if isinstance(blocks, list):
         flat = [str(m) for b in blocks for m in (b if isinstance(b, list) else [b])]
         entries += [f"+only:{m}" for m in flat]
-    return _scheme("auto_gptq", f"int{bits}_g{group}", int_bytes(bits, group, zeros=not qc.get("sym", True)),
-                   tuple(entries), "gptq", lm_head=bool(qc.get("lm_head", False)),
-                   layers_from_checkpoint=not isinstance(blocks, list) or not blocks)
+    out["exclude"] = tuple(entries)
+    out["layers_from_checkpoint"] = not isinstance(blocks, list) or not blocks
 
 
-def _auto_round(qc: Mapping[str, Any]) -> QuantScheme:
+def _reader_auto_round(row: Mapping[str, Any], qc: Mapping[str, Any]) -> dict[str, Any]:
     """vLLM's INC method (auto-round): int packing (auto_gptq / auto_awq), mx_fp or fp data types; layers with
     bits >= 16 in extra_config stay unquantized (inc/config_parser.py INCConfigParser._resolve_raw)."""
-    bits = int(qc.get("bits") or 4)
-    group = int(qc.get("group_size") or 128)
-    dtype = str(qc.get("data_type") or "int")
+    p = _read_keys(row, qc)
+    bits = int(p.get("bits") or 4)
+    dtype = str(p.get("data_type") or "int")
+    out: dict[str, Any] = {"params": {"data_type": dtype, "bits": str(bits), "packing": str(p.get("packing"))}}
     if dtype.startswith(("mx_fp", "mxfp")):
-        fmt, nbytes = f"mxfp{bits}", bits / 8 + 1 / 32
+        out |= {"layout": "mxfp4" if bits == 4 else "mxfp8", "linear_format": f"mxfp{bits}",
+                "linear_bytes": bits / 8 + 1 / 32}
     elif dtype.startswith("fp") and bits == 8:
-        fmt, nbytes = "fp8", 1.0
+        out |= {"layout": "fp8", "linear_format": "fp8", "linear_bytes": 1.0}
     else:
-        fmt, nbytes = f"int{bits}_g{group}", int_bytes(bits, group, zeros=not qc.get("sym", True))
+        out |= _wna16(p, zero_point=not bool(p.get("sym", True)))
     extra = qc.get("extra_config") or {}
     keep = [k for k, v in extra.items() if isinstance(v, Mapping) and int(v.get("bits") or bits) >= 16]
-    regexes = tuple(f"re:{k}" if any(c in k for c in "*[]()?+\\") else k for k in keep)
-    return _scheme("inc", fmt, nbytes, regexes, "ct")
+    out["exclude"] = tuple(f"re:{k}" if any(c in k for c in "*[]()?+\\") else k for k in keep)
+    return out
 
 
-def _ct_group_bytes(weights: Mapping[str, Any], fmt_name: str) -> tuple[str, float]:
+def _ct_group(weights: Mapping[str, Any], fmt_name: str) -> dict[str, Any]:
+    """One compressed-tensors config group's weights (compressed_tensors.py _get_scheme_from_parts)."""
     bits = int(weights.get("num_bits") or 16)
     kind = str(weights.get("type", "int"))
     group = int(weights.get("group_size") or 0)
     if bits == 4 and kind == "float":
         fmt = "mxfp4" if "mxfp4" in fmt_name or group == 32 else "nvfp4"
-        return fmt, format_bytes()[fmt]
+        return {"layout": fmt, "linear_format": fmt, "linear_bytes": format_bytes()[fmt]}
     if bits == 8:
-        return ("fp8" if kind == "float" else "int8"), 1.0 + (2.0 / group if group else 0.0)
+        fmt = "fp8" if kind == "float" else "int8"
+        block = weights.get("block_structure")
+        out: dict[str, Any] = {"layout": fmt, "linear_format": fmt,
+                               "linear_bytes": 1.0 + (2.0 / group if group else 0.0)}
+        if fmt == "fp8" and str(weights.get("strategy")) == "block" and isinstance(block, list) and len(block) == 2:
+            out |= {"layout": "fp8_block", "weight_block": (int(block[0]), int(block[1]))}
+        elif group and kind == "int":  # W8A16 groups: the wNa16 scheme
+            out |= {"layout": "wna16", "bits": 8, "group": group}
+        return out
     if bits >= 16:
-        return "bf16", 2.0
-    return f"int{bits}_g{group or 'ch'}", int_bytes(bits, group, zeros=not weights.get("symmetric", True))
+        return {"layout": "none", "linear_format": "bf16", "linear_bytes": 2.0}
+    zero = not weights.get("symmetric", True)
+    return {"layout": "wna16", "bits": bits, "group": group or -1, "zero_point": zero,
+            "act_order": str(weights.get("actorder") or "") == "group",
+            "linear_format": f"int{bits}_g{group or 'ch'}", "linear_bytes": int_bytes(bits, group, zeros=zero)}
 
 
-def _compressed_tensors(qc: Mapping[str, Any]) -> QuantScheme:
+def _reader_compressed_tensors(row: Mapping[str, Any], qc: Mapping[str, Any]) -> dict[str, Any]:
     """compressed-tensors: the config group targeting Linear sets the linear format; one targeting experts (a
     regex naming mlp.experts) sets the experts' format; ``ignore`` is exact names or ``re:`` regexes."""
     groups = qc.get("config_groups") or {}
-    linear: tuple[str, float] = ("bf16", 2.0)
-    experts: tuple[str, float] | None = None
+    linear: dict[str, Any] = {"layout": "none", "linear_format": "bf16", "linear_bytes": 2.0}
+    experts: dict[str, Any] | None = None
     for group in groups.values() if isinstance(groups, Mapping) else []:
-        found = _ct_group_bytes(group.get("weights") or {}, str(group.get("format") or qc.get("format") or ""))
+        found = _ct_group(group.get("weights") or {}, str(group.get("format") or qc.get("format") or ""))
         targets = " ".join(str(t) for t in group.get("targets") or ["Linear"])
         if "experts" in targets and "Linear" not in targets:
             experts = found
         else:
             linear = found
     kv = qc.get("kv_cache_scheme")
-    return _scheme("compressed-tensors", linear[0], linear[1], _patterns(qc.get("ignore")), "ct",
-                   expert_bytes=experts[1] if experts else None, lm_head=False,
-                   kv_cache_dtype="fp8" if isinstance(kv, Mapping) and int(kv.get("num_bits") or 0) == 8 else None)
+    out = dict(linear)
+    if experts is not None:
+        out["expert_bytes"] = experts["linear_bytes"]
+    out["exclude"] = _patterns(qc.get("ignore"))
+    out["kv_cache_dtype"] = "fp8" if isinstance(kv, Mapping) and int(kv.get("num_bits") or 0) == 8 else None
+    return out
 
 
-def _bitsandbytes(qc: Mapping[str, Any]) -> QuantScheme:
-    four = bool(qc.get("load_in_4bit"))
-    return _scheme("bitsandbytes", "nf4" if four else "int8", 0.5625 if four else 1.0,
-                   _patterns(qc.get("llm_int8_skip_modules")), "substring")
+def _reader_modelopt(row: Mapping[str, Any], qc: Mapping[str, Any]) -> dict[str, Any]:
+    """modelopt / modelopt_fp4 / modelopt_mxfp8: quant_algo (quant_layouts.yaml modelopt_algos); exclude_modules or
+    ignore; kv_cache_quant_algo."""
+    algo = str(qc.get("quant_algo", "")).upper()
+    hit = next(a for a in layouts()["modelopt_algos"] if str(a["contains"]) in algo)
+    fmt = str(hit["layout"])
+    kv = str(qc.get("kv_cache_quant_algo") or "").upper()
+    block = hit.get("block")
+    return {"method": str(hit["method"]), "layout": fmt, "linear_format": fmt, "linear_bytes": format_bytes()[fmt],
+            "params": {"block_check": str(hit["block_check"])} if hit.get("block_check") else {},
+            "exclude": _patterns(qc.get("exclude_modules") or qc.get("ignore")),
+            "weight_block": (int(block[0]), int(block[1])) if block else None,
+            "kv_cache_dtype": "fp8" if kv == "FP8" else ("nvfp4" if "FP4" in kv else None)}
 
 
-_METHODS: dict[str, Callable[[Mapping[str, Any]], QuantScheme]] = {
-    "modelopt": _modelopt, "modelopt_fp4": _modelopt, "modelopt_mxfp8": _modelopt, "mxfp8": _modelopt,
-    "fp8": _fp8, "mxfp4": _mxfp4, "awq": _awq, "awq_marlin": _awq, "auto_awq": _awq, "gptq": _gptq,
-    "gptq_marlin": _gptq, "auto_gptq": _gptq, "auto-round": _auto_round, "compressed-tensors": _compressed_tensors,
-    "compressed_tensors": _compressed_tensors, "bitsandbytes": _bitsandbytes,
+def _reader_bitsandbytes(row: Mapping[str, Any], qc: Mapping[str, Any]) -> dict[str, Any]:
+    """load_in_4bit (nf4 / fp4, with or without double quantization) or load_in_8bit."""
+    p = _read_keys(row, qc)
+    if qc.get("load_in_4bit"):
+        fmt = "nf4_double" if qc.get("bnb_4bit_use_double_quant") else "nf4"
+        return {"layout": "bnb4", "linear_format": "nf4", "linear_bytes": format_bytes()[fmt],
+                "exclude": _patterns(p.get("exclude"))}
+    return {"layout": "bnb8", "linear_format": "int8", "linear_bytes": 1.0, "exclude": _patterns(p.get("exclude"))}
+
+
+_READERS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]]] = {
+    "keys": _reader_keys, "auto_round": _reader_auto_round, "compressed_tensors": _reader_compressed_tensors,
+    "modelopt": _reader_modelopt, "bitsandbytes": _reader_bitsandbytes,
 }
+
+
+_MODULE_LISTS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any], dict[str, Any]], None]] = {
+    "gptq": _reader_gptq_lists,
+}
+
+
+def _scheme_from_row(name: str, row: Mapping[str, Any], qc: Mapping[str, Any]) -> QuantScheme:
+    fields = _READERS[str(row["reader"])](row, qc)
+    if row.get("module_lists"):
+        _MODULE_LISTS[str(row["module_lists"])](row, qc, fields)
+    loaded = row.get("loaded") or {}
+    params = fields.pop("params", {})
+    fields.setdefault("method", name)
+    lm_head = row.get("lm_head", "unless_excluded")
+    if lm_head == "never":
+        fields["lm_head"] = False
+    elif lm_head == "unless_excluded":
+        fields["lm_head"] = True
+    return QuantScheme(
+        match=row["match"], experts_only=bool(row.get("experts_only", False)),
+        loaded_zeros=bool(loaded.get("zeros", False)), loaded_g_idx=bool(loaded.get("g_idx", False)),
+        act_order_scales_full=bool(row.get("act_order_scales_full", False)),
+        params=tuple(sorted((str(k), str(v)) for k, v in params.items())),
+        rules=tuple(str(r) for r in row.get("start_rules") or ()), **fields)
 
 
 def scheme_from_config(qc: Mapping[str, Any] | None, *, source: str = "config.json") -> QuantScheme:
@@ -278,16 +396,17 @@ def scheme_from_config(qc: Mapping[str, Any] | None, *, source: str = "config.js
     if not qc:
         return QuantScheme()
     method = str(qc.get("quant_method", "")).lower()
-    parse = _METHODS.get(method)
-    if parse is None:
+    name = _method_of_checkpoint().get(method)
+    if name is None:
         why = {"intel/auto-round": "vLLM's INC override accepts only quant_method 'auto-round' (inc/inc.py)",
                "gguf": "vLLM 0.26 and 0.33 have no GGUF loader", "exl2": "vLLM has no EXL2 method",
                "exl3": "vLLM has no EXL3 method"}.get(method, "no vLLM quantization method by that name is modelled")
         raise ModelError(
             f"{source}: quantization method '{method or '?'}' is unknown to the planner: {why}",
-            fix="Known: " + ", ".join(sorted(_METHODS)) + ". A checkpoint vLLM cannot load cannot be planned either; "
-            "for a method vLLM has, add its bytes per parameter and ignore-list rule to forklift.model.quant.")
-    return parse(qc)
+            fix="Known: " + ", ".join(sorted(_method_of_checkpoint())) + ". A checkpoint vLLM cannot load cannot be "
+            "planned either; for a method vLLM has, add its row to forklift/model/quant_layouts.yaml (and its bytes "
+            "per parameter to quant_formats.yaml).")
+    return _scheme_from_row(name, layouts()["methods"][name], qc)
 
 
 def online_scheme(quantization: str | None, current: QuantScheme) -> QuantScheme:
@@ -296,7 +415,8 @@ def online_scheme(quantization: str | None, current: QuantScheme) -> QuantScheme
         return current
     if quantization == "fp8":
         # vLLM's online fp8 quantizes every linear layer but keeps embeddings and lm_head
-        return _scheme("fp8-online", "fp8", 1.0, ("lm_head",), "exact")
+        return QuantScheme(method="fp8-online", linear_format="fp8", linear_bytes=1.0, exclude=("lm_head",),
+                           match="exact", layout="fp8")
     return current
 
 

@@ -17,7 +17,7 @@ from forklift.model.load import SpecSource
 from forklift.model.quant import loaded_scheme, online_scheme
 from forklift.model.spec import ModelSpec
 from forklift.model.vision import tower_param_count
-from forklift.plan import calibrate, encoder, gb10, kvspecs, layout, probes, rules, terms
+from forklift.plan import calibrate, encoder, gb10, kvspecs, layout, probes, quant_rules, rules, terms
 from forklift.plan import weights as mem
 from forklift.plan.kvcache import KvLayout, LayerKv, largest_fitting_len
 from forklift.plan.kvcache import layout as kv_layout
@@ -187,7 +187,9 @@ def context(deployment: Deployment, src: SpecSource, vr: rules.VersionRules) -> 
         src = src.model_copy(update={"spec": src.spec.model_copy(update={"vision": None})})
     place = layout.placement(par.tp, par.pp, len(deployment.nodes),
                              [p.gpus if p.kind == "cuda" else None for p in profiles], dp=par.dp)
-    return Context(deployment, src, vr, profiles, place, settings(deployment, src.spec, profiles, vr))
+    ctx = Context(deployment, src, vr, profiles, place, settings(deployment, src.spec, profiles, vr))
+    quant_rules.check(src.spec, quant_rules.scheme_for(ctx), quant_rules.setup_for(ctx))  # will it start
+    return ctx
 
 
 @dataclass(frozen=True)
@@ -337,7 +339,7 @@ def expert_share(ctx: Context) -> mem.ExpertShare:
     pad: tuple[int, int] | None = None
     stored: tuple[int, int, int] | None = None
     if spec.quant.method == "mxfp4" and st.platform == "cuda":
-        key = {"9": "9.0", "10": "10.0", "12": "12.1"}.get(st.capability.split(".")[0], "9.0")
+        key = {"8": "8.0", "9": "9.0", "10": "10.0", "12": "12.1"}.get(st.capability.split(".")[0], "9.0")
         backend = rules.data()["mxfp4_backend"][key]
         inter = backend["inter"]
         if isinstance(inter, dict):
@@ -384,7 +386,7 @@ def weight_table(ctx: Context) -> tuple[mem.WeightTable, list[float] | None]:
     quant = loaded_scheme(online_scheme(recipe.serve.quantization, spec.quant),
                           dummy=recipe.model.load_format == "dummy")
     table = mem.weight_table(spec, quant, float(st.dtype_bytes), st.tp, st.pp, include_mtp=st.include_mtp,
-                             experts=expert_share(ctx))
+                             experts=expert_share(ctx), capability=st.capability if st.platform == "cuda" else None)
     stored = None
     if recipe.model.load_format != "dummy" and ctx.src.checkpoint_dir is not None and quant is spec.quant \
             and st.dp == 1 and spec.quant.method != "mxfp4":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from forklift import speculative
 from forklift.model.spec import ModelSpec
 from forklift.model.vision import tower_param_count
-from forklift.plan import gb10, kvspecs, rules
+from forklift.plan import gb10, kvspecs, quant_rules, rules
 from forklift.plan.core import (
     GIB,
     Context,
@@ -45,6 +45,8 @@ def _source_notes(core: Core) -> list[str]:
         notes.append(f"max_model_len {asked:,} is above the model's {spec.max_len_key} ({spec.derived_max_len:,}); "
                      "VLLM_ALLOW_LONG_MAX_MODEL_LEN lets vLLM start, and it warns that RoPE positions past that "
                      "length may give nan")
+    if st.platform == "cuda":  # the kernels vLLM picks for the quantized layers on this GPU
+        notes += quant_rules.notes(spec, quant_rules.scheme_for(ctx), quant_rules.setup_for(ctx))
     kv_note = kvspecs.check_kv_dtype(recipe.serve.kv_cache_dtype, ctx.vr.version)
     if kv_note:
         notes.append(kv_note)

@@ -12,6 +12,7 @@ from forklift.model.checkpoint import StoredTensor, read_headers
 from forklift.model.quant import QuantScheme
 from forklift.model.spec import ModelSpec, Tensor
 from forklift.model.tensors import model_tensors
+from forklift.plan.quant_layout import StoredLayout
 
 GIB = 2**30
 _VOCAB_PAD = 64
@@ -103,14 +104,18 @@ def _mxfp4_experts(spec: ModelSpec, t: Tensor, share: ExpertShare, nbytes_per: f
 
 
 def weight_table(spec: ModelSpec, quant: QuantScheme, base_bytes: float, tp: int, pp: int, *, include_mtp: bool,
-                 experts: ExpertShare | None = None) -> WeightTable:
-    """Weight bytes per rank, by layer, from parameter counts and the storage format of each tensor."""
+                 experts: ExpertShare | None = None, capability: str | None = None) -> WeightTable:
+    """Weight bytes per rank, by layer, from parameter counts and the storage format of each tensor: the checkpoint's
+    format, or with ``capability`` (a CUDA GPU's) what the kernel vLLM picks there keeps (plan.quant_layout)."""
     share = experts or ExpertShare(tp=tp)
     n = spec.num_layers
     lb, la, lp, ex = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
     first = last = last_a = last_p = 0.0
     top_frac = (spec.moe.top_k / spec.moe.n_routed) if spec.moe and spec.moe.n_routed else 1.0
-    for t in model_tensors(spec, include_mtp):
+    tensors = model_tensors(spec, include_mtp)
+    stored = StoredLayout(spec, quant, tensors, tp=tp, capability=capability, act_bytes=base_bytes) \
+        if capability and quant.method != "none" else None
+    for t in tensors:
         if t.where == "lm_head" and spec.tie_word_embeddings and pp == 1:
             continue  # one shared tensor
         per = quant.bytes_for(t.module, linear=t.linear, role=t.role, base_bytes=base_bytes)
@@ -120,7 +125,8 @@ def weight_table(spec: ModelSpec, quant: QuantScheme, base_bytes: float, tp: int
                 else numel * per
         else:
             numel = t.numel / _divisor(t, tp, spec)
-            nbytes = numel * per
+            kernel = stored.tensor_bytes(t) if stored is not None and per != base_bytes else None  # quantized
+            nbytes = numel * per if kernel is None else kernel
         frac = top_frac if t.role == "experts" else 1.0
         if t.where == "embed":
             first += nbytes

@@ -33,8 +33,8 @@ def _llama(qc: dict[str, Any] | None) -> dict[str, Any]:
     return cfg
 
 
-def _weights_gib(tmp: Path, qc: dict[str, Any] | None) -> float:
-    return make(recipe_for(tmp, _llama(qc), max_model_len=8192)).ranks[0].weights_gib
+def _weights_gib(tmp: Path, qc: dict[str, Any] | None, hardware: str = "h200") -> float:
+    return make(recipe_for(tmp, _llama(qc), hardware=hardware, max_model_len=8192)).ranks[0].weights_gib
 
 
 def _gptq(**kw: Any) -> dict[str, Any]:
@@ -42,16 +42,42 @@ def _gptq(**kw: Any) -> dict[str, Any]:
             "lm_head": False, **kw}
 
 
+# vLLM's linear layers of one decoder layer with their input features K (q / k / v are one QKVParallelLinear):
+# qkv 4096, o 4096, gate_up 4096, down 14336
+K_PER_LAYER = 3 * 4096 + 14336
+
+
 def test_gptq_with_a_module_list_quantizes_the_fused_projections_and_not_lm_head(tmp_path: Path) -> None:
-    # int4 values + one bf16 scale per 128 inputs: 0.5 + 2/128 bytes per parameter; lm_head stays bf16
+    # On the A100 (Marlin): int4 values + one bf16 scale per 128 inputs, 0.5 + 2/128 bytes per parameter; Marlin
+    # replaces the unused qzeros and g_idx by empty tensors (kernels/linear/mixed_precision/marlin.py
+    # process_weights_after_loading); lm_head stays bf16
     expected = LINEAR * (0.5 + 2 / 128) + 2 * VOCAB_BF16 + NORMS
+    got = _weights_gib(tmp_path, _gptq(modules_in_block_to_quantize=BLOCKS), "a100-80")
+    assert got == pytest.approx(expected / GIB, abs=0.002)
+
+
+def test_gptq_on_hopper_keeps_the_checkpoints_qzeros_and_g_idx(tmp_path: Path) -> None:
+    # On the H200 (Machete): AutoGPTQLinearMethod.create_weights registers qzeros (int32, K/128 x N/8) and g_idx (int32,
+    # K) even for a symmetric checkpoint without act-order; Machete transforms zero points only when the layer has them
+    # (machete.py process_weights_after_loading), so both stay: + 4 bits per group of 128 and 4 bytes per input feature
+    expected = LINEAR * (0.5 + 2 / 128 + 0.5 / 128) + LAYERS * K_PER_LAYER * 4 + 2 * VOCAB_BF16 + NORMS
     got = _weights_gib(tmp_path, _gptq(modules_in_block_to_quantize=BLOCKS))
     assert got == pytest.approx(expected / GIB, abs=0.002)
 
 
+def test_awq_on_hopper_stores_its_zero_points_in_bf16(tmp_path: Path) -> None:
+    # machete.py transform_w_zp: -scale x zero in the scales' dtype, one bf16 per group of 128 and output feature (the
+    # checkpoint's 4-bit packed zeros become 16 bits); on the A100 Marlin keeps them packed (marlin_zero_points)
+    awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
+    hopper = LINEAR * (0.5 + 2 / 128 + 2 / 128) + 2 * VOCAB_BF16 + NORMS
+    ampere = LINEAR * (0.5 + 2 / 128 + 0.5 / 128) + 2 * VOCAB_BF16 + NORMS
+    assert _weights_gib(tmp_path, awq) == pytest.approx(hopper / GIB, abs=0.002)
+    assert _weights_gib(tmp_path, awq, "a100-80") == pytest.approx(ampere / GIB, abs=0.002)
+
+
 def test_gptq_lm_head_true_quantizes_lm_head(tmp_path: Path) -> None:
     expected = (LINEAR + VOCAB * HIDDEN) * (0.5 + 2 / 128) + VOCAB_BF16 + NORMS
-    got = _weights_gib(tmp_path, _gptq(modules_in_block_to_quantize=BLOCKS, lm_head=True))
+    got = _weights_gib(tmp_path, _gptq(modules_in_block_to_quantize=BLOCKS, lm_head=True), "a100-80")
     assert got == pytest.approx(expected / GIB, abs=0.002)
 
 
