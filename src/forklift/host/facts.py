@@ -106,6 +106,15 @@ def _nccl(runner: Runner, unread: dict[str, str]) -> tuple[str | None, str | Non
     return path, _then(resolved, parse.nccl_version)
 
 
+def _cuda(runner: Runner, unread: dict[str, str]) -> str | None:
+    """The driver's CUDA version; an nvidia-smi that is missing or cannot answer leaves it unread, like ``gpus``."""
+    try:
+        return _then(_read(runner, ["nvidia-smi"], unread, "cuda"), parse.cuda_version)
+    except RunnerError as exc:
+        unread["cuda"] = exc.message
+        return None
+
+
 def _nic(runner: Runner, unread: dict[str, str]) -> dict[str, str] | None:
     """RDMA firmware per device; a node without /sys/class/infiniband has none ({}), not an unread part."""
     res = _run(runner, parse.RDMA_FIRMWARE)
@@ -144,7 +153,7 @@ def probe(runner: Runner, parts: Iterable[Part] = PARTS, *, disk_paths: Sequence
     if "nccl" in want:
         nccl, nccl_version = _nccl(runner, unread)
     if "cuda" in want:
-        cuda = _then(_read(runner, ["nvidia-smi"], unread, "cuda"), parse.cuda_version)
+        cuda = _cuda(runner, unread)
     if "os" in want:
         os_release = _then(_read(runner, ["cat", "/etc/os-release"], unread, "os"), parse.os_release)
     if "nic" in want:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from forklift.errors import RunnerError
 from forklift.host import parse
 from forklift.host.facts import HostFacts, probe
 from forklift.runner import FakeRunner
@@ -98,3 +99,12 @@ def test_a_node_without_nvidia_smi_has_no_gpus_and_says_why() -> None:
     runner = FakeRunner("cpu-node").on(["nvidia-smi"], returncode=127, stderr="nvidia-smi: not found")
     found = probe(runner, ("gpus",))
     assert found.gpus == () and found.gpu_used_mib == [] and "nvidia-smi" in found.unread["gpus"]
+
+
+def test_an_nvidia_smi_that_cannot_answer_leaves_cuda_unread_and_the_probe_standing() -> None:
+    def hung(argv: object) -> str:
+        raise RunnerError("nvidia-smi timed out after 30 s")
+
+    runner = FakeRunner("gpu-node").on(["nvidia-smi"], stdout=hung).on(["uname"], stdout="6.8.0\n")
+    found = probe(runner, ("cuda", "kernel"))
+    assert found.cuda is None and "timed out" in found.unread["cuda"] and found.kernel == "6.8.0"
