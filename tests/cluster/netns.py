@@ -141,8 +141,10 @@ def add_link(cluster: NetCluster, a: int, b: int, subnet: int, *, tag: str, name
     return addrs[0], addrs[1]
 
 
-def start(tmp: Path, tag: str, sshd_env: dict[int, dict[str, str]] | None = None, *, n: int = 2) -> NetCluster:
-    """``n`` nodes; sshd_env: per node index, variables sshd sets in every session there (sshd_config SetEnv)."""
+def start(tmp: Path, tag: str, sshd_env: dict[int, dict[str, str]] | None = None, *, n: int = 2,
+          subnet: str = SUBNET) -> NetCluster:
+    """``n`` nodes; sshd_env: per node index, variables sshd sets in every session there (sshd_config SetEnv);
+    ``subnet``: the nodes' /24 (a module that starts no vLLM may take its own and run beside the shared one)."""
     cluster = NetCluster(tmp)
     tmp.mkdir(parents=True, exist_ok=True)
     client_pub = _keygen(tmp / "client_key")
@@ -156,7 +158,7 @@ def start(tmp: Path, tag: str, sshd_env: dict[int, dict[str, str]] | None = None
         veths, cluster.extra_ns = _wire(names, tag)
         known = []
         for i, (ns, veth) in enumerate(zip(names, veths, strict=True)):
-            ip = f"{SUBNET}.{i + 1}"
+            ip = f"{subnet}.{i + 1}"
             sh("ip", "link", "set", veth, "netns", ns)
             sh("ip", "-n", ns, "link", "set", veth, "name", IFNAME)
             sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", IFNAME)
@@ -177,7 +179,7 @@ def start(tmp: Path, tag: str, sshd_env: dict[int, dict[str, str]] | None = None
             cluster.nodes.append(Node(ns, ip, proc))
         (tmp / "known_hosts").write_text("\n".join(known) + "\n")
         cluster.ssh_config.write_text("\n".join([
-            f"Host {SUBNET}.*", "  User root", f"  IdentityFile {tmp / 'client_key'}", "  IdentitiesOnly yes",
+            f"Host {subnet}.*", "  User root", f"  IdentityFile {tmp / 'client_key'}", "  IdentitiesOnly yes",
             f"  UserKnownHostsFile {tmp / 'known_hosts'}", "  GlobalKnownHostsFile /dev/null",
             "  StrictHostKeyChecking yes", "  LogLevel ERROR", "",
         ]))

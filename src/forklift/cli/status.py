@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from forklift.cli.common import JsonOpt, NameArg, console, print_json, render_error
 from forklift.errors import RunError, RunNotFoundError, UnreadableRecordError
+from forklift.host.stack import describe
 
 if TYPE_CHECKING:
     from forklift.cluster.down import DownResult
@@ -31,7 +32,8 @@ def load_run(name: str | None, *, exit_code: int | None = None) -> RunRecord:
 
 
 PinsOpt = Annotated[bool, typer.Option("--pins", help="Also show what exactly ran: vLLM build, image digest, model "
-                                                     "revision, recipe hash, patches.")]
+                                                     "revision, recipe hash, patches, each node's host stack "
+                                                     "(kernel, driver, CUDA, NCCL, NIC firmware, OS).")]
 
 
 def _print_pins(pins: Pins) -> None:
@@ -42,6 +44,7 @@ def _print_pins(pins: Pins) -> None:
     rows += [(f"image digest on {h}", d) for h, d in pins.image_digests.items() if d != pins.image_digest]
     rows += [(f"patch {p.id}" + (f" on {p.host}" if p.host else ""),
               ", ".join(f"{f} {h[:12]}" for f, h in p.files.items()) or "no files recorded") for p in pins.patches]
+    rows += [(f"host stack on {h}", describe(stack)) for h, stack in pins.host_stacks.items()]
     console.print("  pins:")
     for label, value in rows:
         if value:

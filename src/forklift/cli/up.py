@@ -36,7 +36,7 @@ def _preflight_only(plan_name: str, recipe: str | None, sets: list[str], json_ou
     plan = for_launch(resolve(recipe, sets), force=True)
     pre = preflight(plan, plan_name)
     if json_out:
-        print_json({"ok": pre.report.ok, "versions": pre.report.versions,
+        print_json({"ok": pre.report.ok, "versions": pre.report.versions, "stacks": pre.report.stacks,
                     "checks": [c.to_json() for c in pre.report.checks]})
     else:
         print_checks(pre.report.checks, title=f"preflight: {plan_name}")

@@ -8,6 +8,7 @@
   Face cache refs) for a hub id, else
   ``sha256:`` of config.json, the safetensors index and the list of weight files with their sizes.
 - recipe hash: sha256 of the resolved recipe's JSON (keys sorted); patches with the hashes of their files.
+- host stack per node: kernel, NVIDIA driver, CUDA, NCCL, NIC firmware, OS release (preflight's reading).
 """
 
 from __future__ import annotations
@@ -181,9 +182,11 @@ def _digests(recipe: Recipe, runners: Mapping[int, Runner]) -> tuple[dict[str, s
 
 
 def collect(recipe: Recipe, launch: Launch, versions: Mapping[str, str], applied: Sequence[Mapping[str, Any]],
-            runners: Mapping[int, Runner], head_home: str) -> tuple[Pins, list[CheckResult]]:
+            runners: Mapping[int, Runner], head_home: str,
+            stacks: Mapping[str, Mapping[str, str]] | None = None) -> tuple[Pins, list[CheckResult]]:
     """The run record's pins, read on every node (in parallel); warnings for what differs across nodes.
-    ``head_home`` is the head node's home directory (its Hugging Face cache is under it unless HF_HOME says)."""
+    ``head_home`` is the head node's home directory (its Hugging Face cache is under it unless HF_HOME says);
+    ``stacks`` each node's host stack as preflight read it (pinned as read, not probed again)."""
     builds = fan_out(runners.items(), lambda r: probe_build(recipe, r))
     build_of = {recipe.nodes[i].host: b.describe() for i, b in sorted(builds.results.items()) if b is not None}
     digests, warnings = _digests(recipe, runners)
@@ -199,5 +202,6 @@ def collect(recipe: Recipe, launch: Launch, versions: Mapping[str, str], applied
                 vllm_versions=dict(versions), vllm_build=build_of.get(recipe.head.host), vllm_builds=build_of,
                 image=recipe.runtime.image if isinstance(recipe.runtime, DockerRuntime) else None,
                 image_digest=digests.get(recipe.head.host), image_digests=digests, model_revision=revision,
-                recipe_hash=recipe_hash(recipe), patches=patch_pins(applied))
+                recipe_hash=recipe_hash(recipe), patches=patch_pins(applied),
+                host_stacks={h: dict(s) for h, s in (stacks or {}).items()})
     return pins, warnings

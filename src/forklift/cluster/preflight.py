@@ -2,7 +2,9 @@
 
 Per node (in parallel): reachable over ssh; the runtime present (venv with vLLM, or docker with the
 image); model files present and identical where it matters (config/index hashes, shard sizes); free
-memory and disk; ports free. Across nodes: one vLLM version everywhere. Each problem names the node.
+memory and disk; ports free; the host stack (kernel, driver, CUDA, NCCL, NIC firmware, OS). Across nodes: one
+vLLM version everywhere; the host stack warned on where it drifts or matches a known-bad version
+(host/known_bad.yaml). Each problem names the node.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from forklift.cluster.vllm_install import PROBE, vllm_version
 from forklift.distribution.modelfiles import HASHED, Listing, needed_files, remote_listing
 from forklift.errors import EngineNotInstalledError, ForkliftError, PreflightError
 from forklift.host import remote
-from forklift.host.facts import HostFacts, probe
+from forklift.host.facts import STACK_PARTS, HostFacts, probe
 from forklift.host.procs import port_holder
+from forklift.host.stack import stack_checks, stack_of
 from forklift.launch.render import expand_home, python_for
 from forklift.net.preflight import link_checks
 from forklift.recipe import exposure
@@ -41,6 +44,8 @@ class PreflightReport:
     gpu_baseline_mib: dict[str, list[int]] = field(default_factory=dict)
     image_digests: dict[str, str] = field(default_factory=dict)
     """Docker runtime: the image ID each node has for the recipe's image."""
+    stacks: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Per node host: its host stack (kernel, driver, CUDA, NCCL, NIC firmware, OS), pinned in the run record."""
 
     @property
     def failures(self) -> list[CheckResult]:
@@ -116,7 +121,7 @@ def _gather(recipe: Recipe, idx: int, runner: Runner, model_path: str, ports: Se
     except EngineNotInstalledError as exc:
         checks.append(_c(host, "runtime", "fail", exc.message, exc.fix))
     listing = remote_listing(runner, model_path)
-    found = probe(runner, ("memory", "disk", "ports", "gpus"), disk_paths=("/tmp",))
+    found = probe(runner, ("memory", "disk", "ports", *STACK_PARTS), disk_paths=("/tmp",))
     taken = [p for p in ports if p in (found.listening or ())]
     for p in taken:
         checks.append(_port_taken(runner, host, p))
@@ -240,6 +245,8 @@ def run_preflight(recipe: Recipe, runners: Mapping[int, Runner], paths: Mapping[
         report.checks.extend(_resource_checks(recipe, facts, reference, need))
     report.checks.extend(_version_checks(recipe, facts))
     report.checks.extend(_image_checks(recipe, facts))
+    report.stacks = {recipe.nodes[i].host: stack_of(f.host) for i, f in sorted(facts.items())}
+    report.checks.extend(stack_checks(report.stacks, recipe.head.host))
     report.image_digests = {recipe.nodes[i].host: f.image_id for i, f in facts.items() if f.image_id}
     report.checks.extend(link_checks(recipe, {i: r for i, r in runners.items() if i in facts}))
     report.versions = {recipe.nodes[i].host: f.version for i, f in facts.items() if f.version}

@@ -242,7 +242,7 @@ def make_record(plan: Plan | Unplanned, name: str, pre: Preflight, patches: list
             ssh_config: str | None, runners: Mapping[int, Runner]) -> tuple[RunRecord, list[CheckResult]]:
     launch = pre.launch
     pins, warnings = collect_pins(plan.deployment.recipe, launch, pre.report.versions, patches, runners,
-                                  pre.paths[launch.head.node_index].home)
+                                  pre.paths[launch.head.node_index].home, pre.report.stacks)
     return RunRecord(name=name, run_id=launch.run_id or "", plan=plan, launch=launch, endpoint=launch.endpoint,
                      served_name=launch.served_name, pins=pins, patches=patches, ssh_config=ssh_config,
                      gpu_baseline_mib=pre.report.gpu_baseline_mib,

@@ -15,8 +15,10 @@ from forklift.host import parse
 from forklift.host.parse import MIB, Gpu
 from forklift.runner import Completed, Runner
 
-Part = Literal["memory", "gpus", "disk", "ports", "kernel", "nccl"]
-PARTS: tuple[Part, ...] = ("memory", "gpus", "disk", "ports", "kernel", "nccl")
+Part = Literal["memory", "gpus", "disk", "ports", "kernel", "nccl", "cuda", "os", "nic"]
+PARTS: tuple[Part, ...] = ("memory", "gpus", "disk", "ports", "kernel", "nccl", "cuda", "os", "nic")
+STACK_PARTS: tuple[Part, ...] = ("gpus", "kernel", "nccl", "cuda", "os", "nic")
+"""The host stack a run record pins per node: kernel, driver (with the GPUs), CUDA, NCCL, NIC firmware, OS."""
 TIMEOUT_S = 30.0
 T = TypeVar("T")
 
@@ -36,6 +38,14 @@ class HostFacts:
     listening: frozenset[int] | None = None
     kernel: str | None = None
     nccl: str | None = None
+    """The system's libnccl.so.2 path (``ldconfig -p``)."""
+    nccl_version: str | None = None
+    """That library's version, from the file it resolves to (``libnccl.so.2.21.5``)."""
+    cuda: str | None = None
+    """The CUDA version the driver supports (nvidia-smi's header)."""
+    os_release: str | None = None
+    nic_firmware: Mapping[str, str] | None = None
+    """RDMA device -> firmware version; {} on a node without RDMA devices."""
     unread: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -87,6 +97,35 @@ def _gpus(runner: Runner, unread: dict[str, str]) -> tuple[tuple[Gpu, ...], str 
     return parse.nvidia_gpus(text) if text is not None else ((), None)
 
 
+def _nccl(runner: Runner, unread: dict[str, str]) -> tuple[str | None, str | None]:
+    """(libnccl.so.2's path, its version from the file the link resolves to)."""
+    path = _then(_read(runner, ["ldconfig", "-p"], unread, "nccl"), parse.nccl)
+    if path is None:
+        return None, None
+    resolved = _read(runner, ["readlink", "-f", path], unread, "nccl")
+    return path, _then(resolved, parse.nccl_version)
+
+
+def _cuda(runner: Runner, unread: dict[str, str]) -> str | None:
+    """The driver's CUDA version; an nvidia-smi that is missing or cannot answer leaves it unread, like ``gpus``."""
+    try:
+        return _then(_read(runner, ["nvidia-smi"], unread, "cuda"), parse.cuda_version)
+    except RunnerError as exc:
+        unread["cuda"] = exc.message
+        return None
+
+
+def _nic(runner: Runner, unread: dict[str, str]) -> dict[str, str] | None:
+    """RDMA firmware per device; a node without /sys/class/infiniband has none ({}), not an unread part."""
+    res = _run(runner, parse.RDMA_FIRMWARE)
+    if res.ok or res.stdout.strip():
+        return parse.rdma_firmware(res.stdout)
+    if "No such file" in res.stderr:
+        return {}
+    unread["nic"] = f"`find /sys/class/infiniband` failed ({res.returncode}): {res.stderr.strip()[-200:]}"
+    return None
+
+
 def probe(runner: Runner, parts: Iterable[Part] = PARTS, *, disk_paths: Sequence[str] = ("/tmp",)) -> HostFacts:
     """Read the ``parts`` asked for, one command each (raises only for a node that cannot be reached)."""
     want = set(parts)
@@ -95,7 +134,8 @@ def probe(runner: Runner, parts: Iterable[Part] = PARTS, *, disk_paths: Sequence
     gpus: tuple[Gpu, ...] | None = None
     driver: str | None = None
     listening: frozenset[int] | None = None
-    kernel = nccl = None
+    kernel = nccl = nccl_version = cuda = os_release = None
+    nic: dict[str, str] | None = None
     disk: dict[str, int] = {}
     if "memory" in want:
         memory = _then(_read(runner, ["cat", "/proc/meminfo"], unread, "memory", partial=True), parse.meminfo)
@@ -111,6 +151,13 @@ def probe(runner: Runner, parts: Iterable[Part] = PARTS, *, disk_paths: Sequence
     if "kernel" in want:
         kernel = _then(_read(runner, ["uname", "-r"], unread, "kernel"), parse.kernel)
     if "nccl" in want:
-        nccl = _then(_read(runner, ["ldconfig", "-p"], unread, "nccl"), parse.nccl)
+        nccl, nccl_version = _nccl(runner, unread)
+    if "cuda" in want:
+        cuda = _cuda(runner, unread)
+    if "os" in want:
+        os_release = _then(_read(runner, ["cat", "/etc/os-release"], unread, "os"), parse.os_release)
+    if "nic" in want:
+        nic = _nic(runner, unread)
     return HostFacts(host=runner.host, memory=memory, gpus=gpus, driver=driver, disk_free=disk, listening=listening,
-                     kernel=kernel, nccl=nccl, unread=unread)
+                     kernel=kernel, nccl=nccl, nccl_version=nccl_version, cuda=cuda, os_release=os_release,
+                     nic_firmware=nic, unread=unread)

@@ -84,3 +84,51 @@ def nccl(text: str) -> str | None:
         if name.strip().startswith("libnccl.so.2") and path.strip():
             return path.strip()
     return None
+
+
+def nccl_version(resolved: str) -> str | None:
+    """The NCCL version from the file ``readlink -f`` gives for libnccl.so.2 (``libnccl.so.2.21.5``), or None."""
+    name = resolved.strip().rsplit("/", 1)[-1]
+    head, sep, tail = name.partition(".so.")
+    parts = tail.split(".")
+    if not sep or not head.startswith("libnccl") or len(parts) < 3 or not all(p.isdigit() for p in parts[:3]):
+        return None
+    return ".".join(parts[:3])
+
+
+def cuda_version(text: str) -> str | None:
+    """The CUDA version the driver supports, from plain ``nvidia-smi``'s header (``CUDA Version: 12.8``)."""
+    for line in text.splitlines():
+        _, sep, rest = line.partition("CUDA Version:")
+        if sep and (value := rest.strip().split(" ")[0].strip("|").strip()):
+            return value
+    return None
+
+
+def os_release(text: str) -> str | None:
+    """/etc/os-release's PRETTY_NAME (else NAME and VERSION_ID), unquoted."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            fields[key.strip()] = value.strip().strip("\"'")
+    if fields.get("PRETTY_NAME"):
+        return fields["PRETTY_NAME"]
+    named = " ".join(v for v in (fields.get("NAME"), fields.get("VERSION_ID")) if v)
+    return named or None
+
+
+RDMA_FIRMWARE = ["find", "-L", "/sys/class/infiniband", "-mindepth", "2", "-maxdepth", "2", "-name", "fw_ver",
+                 "-exec", "grep", "-H", ".", "{}", "+"]
+"""Every RDMA device's firmware (ConnectX and other verbs devices), one ``PATH:VERSION`` line each."""
+
+
+def rdma_firmware(text: str) -> dict[str, str]:
+    """Device -> firmware version from ``RDMA_FIRMWARE``'s ``/sys/class/infiniband/mlx5_0/fw_ver:28.39.1002`` lines."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        path, sep, version = line.partition(":")
+        parts = path.split("/")
+        if sep and version.strip() and len(parts) >= 2 and parts[-1] == "fw_ver":
+            out[parts[-2]] = version.strip()
+    return dict(sorted(out.items()))

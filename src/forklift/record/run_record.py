@@ -74,6 +74,9 @@ class Pins(BaseModel):
     """Hub commit when known, else ``sha256:...`` of config.json + the safetensors index."""
     recipe_hash: str | None = None
     patches: list[PatchPin] = Field(default_factory=list)
+    host_stacks: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """Per node host: kernel, driver, cuda, nccl, nic_firmware, os (as preflight read them; a fact the node could
+    not read is absent)."""
 
 
 class RunRecord(BaseModel):

