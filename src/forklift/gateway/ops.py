@@ -126,13 +126,9 @@ def up(runs: list[str], *, host: str = "127.0.0.1", port: int = 4000, cert: str 
     runner = runner or LocalRunner()
     if (cert is None) != (key is None):
         raise GatewayError("TLS needs both a certificate and its key", fix="Give --cert and --key together.")
-    try:
-        current = load_state()
-        if not current.stopped and _alive(runner, current.watcher_pid):
-            raise GatewayError(f"a gateway already runs at {current.url}", fix="Stop it with `forklift gateway down`.")
-    except GatewayError as exc:
-        if "already runs" in str(exc):
-            raise
+    current = load_state() if state_path().is_file() else None
+    if current is not None and not current.stopped and _alive(runner, current.watcher_pid):
+        raise GatewayError(f"a gateway already runs at {current.url}", fix="Stop it with `forklift gateway down`.")
     records = [load_record(r) for r in runs]
     not_ready = [f"{r.name} is {r.status}" for r in records if r.status != "ready"]
     if not_ready:
