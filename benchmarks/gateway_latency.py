@@ -38,17 +38,17 @@ def ttft(url: str, model: str, key: str | None) -> float:
     body = {"model": model, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4,
             "temperature": 0, "stream": True}
     t0 = time.perf_counter()
+    took: float | None = None
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers, timeout=120) as res:
         res.raise_for_status()
-        for line in res.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
+        for line in res.iter_lines():  # read to the end: the next request starts on an idle server
+            if took is None and line.startswith("data: ") and line != "data: [DONE]":
                 chunk = json.loads(line[6:])
                 if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
                     took = time.perf_counter() - t0
-                    for _ in res.iter_lines():
-                        pass
-                    return took
-    raise RuntimeError("no token streamed")
+    if took is None:
+        raise RuntimeError("no token streamed")
+    return took
 
 
 def _pct(xs: list[float], q: float) -> float:
