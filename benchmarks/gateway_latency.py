@@ -99,6 +99,7 @@ def main(n: int = 50) -> dict[str, object]:
         "gateway_p99_ms": round(_pct(through, 0.99) * ms, 1),
         "added_p50_ms": round((statistics.median(through) - statistics.median(direct)) * ms, 1),
         "added_p99_ms": round((_pct(through, 0.99) - _pct(direct, 0.99)) * ms, 1),
+        "added_paired_median_ms": round(statistics.median(t - d for t, d in zip(through, direct, strict=True)) * ms, 1),
         "direct_ms": [round(x * ms, 1) for x in direct],
         "gateway_ms": [round(x * ms, 1) for x in through],
     }
