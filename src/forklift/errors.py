@@ -334,6 +334,26 @@ class ServiceError(ForkliftError):
     exit_code = 2
 
 
+class StackDoesNotFitError(DoesNotFitError):
+    """A stack's members do not fit together on a shared node; ``table`` is the per-device table."""
+
+    def __init__(self, message: str, *, table: str, fix: str | None = None) -> None:
+        super().__init__(f"{message}\n{table}", fix=fix)
+        self.table = table
+
+
+class StackNotFoundError(ForkliftError):
+    """No stack of that name was started from this state dir."""
+
+
+class GatewayError(ForkliftError):
+    """The gateway cannot start, or a key or its store is wrong."""
+
+
+class GatewayKeyError(GatewayError):
+    """A key name that does not exist, or one that already does."""
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (what `timeout`, CI and systemd send), raised by the CLI's handler: every command cleans up as it does
     on Ctrl-C, and says which signal it was."""

@@ -41,6 +41,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("doctor", "Say what broke a start and the fix, from a run, log files or stdin."),
     "supervise": ("supervise", "Keep a run serving: probe it, restart it whole with backoff and a cap, alert."),
     "service": ("service", "Install, show or remove the systemd unit that supervises a run from boot."),
+    "stack": ("stack", "Several models on shared nodes: plan them together, start largest first, stop in reverse."),
+    "gateway": ("gateway", "One OpenAI-compatible endpoint in front of runs: keys per person, usage, audit log."),
     "down": ("status", "Stop a run (and its supervisor) on every node and verify nothing is left."),
     "recipe": ("recipe", "List, show and validate recipes; print the recipe JSON Schema."),
     "model": ("model", "Prepare the bundled model; pull a Hub model onto a recipe's nodes; sync it between nodes."),

@@ -1,0 +1,77 @@
+"""The gateway's key store (hashed, shown once, revocable), its config from run records, usage from the audit log."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from forklift import gateway
+from forklift.errors import GatewayError, GatewayKeyError
+from forklift.gateway.config import Backend, litellm_config
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_key_is_shown_once_and_stored_only_as_its_hash() -> None:
+    entry, key = gateway.add("alice", models=["small", "big"], rpm=30)
+    assert key.startswith("fk-") and len(key) > 40
+    stored = gateway.gateway_dir() / "keys.json"
+    text = stored.read_text()
+    assert key not in text and key[7:] not in text
+    assert json.loads(text)["alice"]["sha256"] == hashlib.sha256(key.encode()).hexdigest()
+    assert stat.S_IMODE(os.stat(stored).st_mode) == 0o600
+    assert entry.models == ["big", "small"] and entry.rpm == 30
+    loaded = gateway.load_keys()["alice"]
+    assert loaded == entry and loaded.shown == key[:7] + "..."
+
+
+def test_a_name_is_one_live_key_and_revoke_keeps_the_entry() -> None:
+    _, first = gateway.add("bob")
+    with pytest.raises(GatewayKeyError, match="already exists"):
+        gateway.add("bob")
+    revoked = gateway.revoke("bob")
+    assert revoked.revoked is not None and gateway.load_keys()["bob"].revoked == revoked.revoked
+    _, second = gateway.add("bob")  # a revoked name can be given a new key
+    assert second != first and gateway.load_keys()["bob"].revoked is None
+    with pytest.raises(GatewayKeyError, match="no key named"):
+        gateway.revoke("nobody")
+    with pytest.raises(GatewayKeyError, match="invalid key name"):
+        gateway.add("bad name")
+
+
+def test_the_proxy_config_maps_served_names_to_runs() -> None:
+    found = [Backend("big", "office-big", "http://127.0.0.1:8101", None),
+             Backend("small", "office-small", "http://127.0.0.1:8102", "SMALL_KEY")]
+    config = litellm_config(found)
+    models = {m["model_name"]: m for m in config["model_list"]}
+    assert models["big"]["litellm_params"]["api_base"] == "http://127.0.0.1:8101/v1"
+    assert models["small"]["litellm_params"]["api_key"] == "os.environ/SMALL_KEY"  # the name, never the key
+    assert config["general_settings"]["custom_auth"] == "forklift_gateway_hooks.user_api_key_auth"
+    assert config["router_settings"] == {"num_retries": 0, "disable_cooldowns": True}
+
+
+def test_usage_per_key_reads_the_rotated_audit_log_too(tmp_path: Path) -> None:
+    d = gateway.gateway_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    line = {"key": "alice", "model": "big", "status": 200, "prompt_tokens": 10, "completion_tokens": 4}
+    (d / "audit.jsonl.2").write_text(json.dumps({**line, "ts": 1}) + "\n")
+    (d / "audit.jsonl.1").write_text(json.dumps({**line, "ts": 2, "model": "small"}) + "\n")
+    (d / "audit.jsonl").write_text(json.dumps({**line, "ts": 3, "status": 502, "completion_tokens": 0}) + "\n"
+                                   + json.dumps({"ts": 4, "key": None, "status": 401}) + "\n")
+    assert [e["ts"] for e in gateway.audit_entries()] == [1, 2, 3, 4]
+    found = gateway.usage()
+    alice = found["alice"]
+    assert (alice.requests, alice.errors, alice.prompt_tokens, alice.completion_tokens) == (3, 1, 30, 8)
+    assert alice.models == {"big": 2, "small": 1}
+    assert found["(no key)"].errors == 1
+    assert gateway.usage(since=3)["alice"].requests == 1
+
+
+def test_gateway_up_refuses_half_a_tls_pair() -> None:
+    with pytest.raises(GatewayError, match="both a certificate and its key"):
+        gateway.up(["x"], cert="cert.pem")
