@@ -183,7 +183,8 @@ def start(tmp: Path, tag: str, sshd_env: dict[int, dict[str, str]] | None = None
                 f"AuthorizedKeysFile {tmp / 'authorized_keys'}", "PermitRootLogin prohibit-password",
                 "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
                 f"PidFile {tmp / f'sshd_{i}.pid'}", "MaxStartups 200", "MaxSessions 200", "LogLevel ERROR",
-                *[f"SetEnv {k}={v}" for k, v in (sshd_env or {}).get(i, {}).items()], "",
+                # one SetEnv line: sshd takes only the first of several
+                "SetEnv " + " ".join(f"{k}={v}" for k, v in sshd_env[i].items()), "",
             ]))
             log = open(tmp / f"sshd_{i}.log", "wb")  # noqa: SIM115 - lives as long as sshd
             proc = subprocess.Popen(["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(cfg)],

