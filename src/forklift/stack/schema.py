@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,30}$")
+
+
+def _checked_name(v: str) -> str:
+    if not _NAME.match(v):
+        raise ValueError("use letters, digits, '.', '_' or '-', starting with a letter or digit (max 31)")
+    return v
+
+
+Name = Annotated[str, AfterValidator(_checked_name)]
+"""A stack's or a member's name (it becomes part of run names)."""
 
 
 class _Strict(BaseModel):
@@ -16,7 +27,7 @@ class _Strict(BaseModel):
 class Member(_Strict):
     """One model of the stack: a recipe (bundled name or a path relative to STACK.yaml), its port and overrides."""
 
-    name: str = Field(description="The member's name; its run is named `<stack>-<name>`.")
+    name: Name = Field(description="The member's name; its run is named `<stack>-<name>`.")
     recipe: str = Field(description="Bundled recipe name or a path relative to the stack file.")
     port: int | None = Field(default=None, ge=1, le=65535, description="serve.port (null: the recipe's).")
     served_name: str | None = Field(default=None, description="model.served_name (null: the recipe's).")
@@ -26,29 +37,15 @@ class Member(_Strict):
     share: float = Field(default=1.0, gt=0, description="Weight of this member in splitting the free memory "
                          "among the members without kv_gib.")
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError("use letters, digits, '.', '_' or '-', starting with a letter or digit (max 31)")
-        return v
-
 
 class StackFile(_Strict):
     """What STACK.yaml holds."""
 
-    name: str = Field(description="The stack's name (its members run as `<name>-<member>`).")
+    name: Name = Field(description="The stack's name (its members run as `<name>-<member>`).")
     utilization: float | None = Field(default=None, gt=0, le=1, description="Share of each node's memory the "
                                       "members may use together (null: 0.9, unified-memory nodes 0.8: the host "
                                       "keeps the rest).")
     members: list[Member] = Field(min_length=1)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError("use letters, digits, '.', '_' or '-', starting with a letter or digit (max 31)")
-        return v
 
     @model_validator(mode="after")
     def _unique(self) -> StackFile:
