@@ -101,7 +101,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import time
 
     args = [str(a) for a in session.config.invocation_params.args]
-    chosen = [a for a in args if not a.startswith("-") and a.rstrip("/") != "tests"]
+    suite = Path(__file__).resolve().parent
+    here = session.config.invocation_params.dir
+    # the paths pytest was given (testpaths when none): option values such as `-n 2` are not among them
+    chosen = [a for a in session.config.args if (here / a.split("::")[0]).resolve() not in (suite, suite.parent)]
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return  # a worker saw part of the run; the controller receives every report and writes the record
     if not _tier_tests or chosen or session.config.getoption("markexpr", "") or session.config.getoption("keyword", ""):
