@@ -28,8 +28,9 @@ def worker_core() -> int | None:
     return int(worker[2:]) % (os.cpu_count() or 1)
 
 
-if worker_core() is not None and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(worker_core())
+_core = worker_core()
+if _core is not None:
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_core))
 
 
 @pytest.fixture(autouse=True)

@@ -20,6 +20,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def pid_running(pid: int) -> bool:
+    """The process exists and is not a zombie, read from /proc (independent of forklift's own check)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def forklift(*args: str, home: Path | None = None, timeout: float = 900, env: dict[str, str] | None = None,
              ) -> subprocess.CompletedProcess[str]:
     """Run the real `forklift` CLI as a subprocess."""

@@ -101,8 +101,8 @@ def node_cores(n: int) -> list[str]:
     (tests/conftest.py), the next nodes on the following ones. Without it every rank binds to core 0 (vLLM-CPU's
     auto-binding reserves the other cores for its frontend), so a pp=2 pair would compute on one core."""
     cpus = os.cpu_count() or 1
-    base = int(os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0")) if os.environ.get(
-        "VLLM_CPU_OMP_THREADS_BIND", "").isdigit() else 0
+    bound = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "")
+    base = int(bound) if bound.isdigit() else 0
     return [str((base + i) % cpus) for i in range(n)]
 
 

@@ -30,6 +30,7 @@ from tests.cluster import dockerd, netns
 from tests.cluster.conftest import remove_node_run_dirs
 from tests.cluster.netns import NetCluster
 from tests.cluster.test_netns_cluster import MASTER_PORT, _chat, _env, _forklift_argv, forklift
+from tests.helpers import pid_running
 
 pytestmark = pytest.mark.cluster
 
@@ -81,14 +82,6 @@ def _get(net: NetCluster, url: str, key: str | None) -> int:
     res = subprocess.run(net.exec_argv(0, sys.executable, "-c", code, url, key or ""), capture_output=True, text=True,
                          timeout=60, check=True)
     return int(res.stdout.strip())
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def _recipe(net: NetCluster, image: str = dockerd.IMAGE) -> Path:
@@ -160,7 +153,7 @@ def test_pp2_in_containers_on_two_nodes_serves_with_a_key_and_down_removes_them(
     for daemon in daemons:
         assert daemon.docker("ps", "-aq", "--filter", f"label=forklift.run_id={run_id}").stdout.strip() == ""
     assert not net.listening(0, PORT) and not net.listening(0, MASTER_PORT)
-    assert not [r["pid"] for r in ranks.values() if _running(r["pid"])]  # the `docker run` clients are gone
+    assert not [r["pid"] for r in ranks.values() if pid_running(r["pid"])]  # the `docker run` clients are gone
     again = forklift(net, "down", "dk")
     assert again.returncode == 0 and "not running" in again.stdout
 

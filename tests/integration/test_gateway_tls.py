@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from forklift.gateway import ops
-from tests.helpers import forklift, free_port
+from tests.helpers import forklift, free_port, pid_running
 
 pytestmark = pytest.mark.integration
 
@@ -44,13 +44,6 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
                                            serialization.NoEncryption()))
     return cert_path, key_path
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def test_tls_only_and_a_killed_proxy_comes_back(tmp_path: Path) -> None:
@@ -89,4 +82,4 @@ def test_tls_only_and_a_killed_proxy_comes_back(tmp_path: Path) -> None:
         down = forklift("gateway", "down", "--json", home=home, timeout=120)
     assert down.returncode == 0, down.stderr
     state = json.loads(state_file.read_text())
-    assert state["stopped"] and not _alive(state["watcher_pid"]) and not _alive(state["proxy_pid"])
+    assert state["stopped"] and not pid_running(state["watcher_pid"]) and not pid_running(state["proxy_pid"])

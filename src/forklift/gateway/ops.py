@@ -28,7 +28,7 @@ from forklift.cluster.down import status as run_status
 from forklift.errors import GatewayError, RunNotFoundError
 from forklift.gateway.config import HOOKS, Backend, backends, litellm_config
 from forklift.gateway.keys import digest, gateway_dir
-from forklift.host import procs
+from forklift.host import procs, remote
 from forklift.record import load as load_record
 from forklift.runner import Runner
 from forklift.runner.local import LocalRunner
@@ -156,7 +156,7 @@ def _wait_ready(state: GatewayState, admin: str, timeout_s: float, runner: Runne
     last = ""
     while time.monotonic() < deadline:
         if not _alive(runner, state.watcher_pid):
-            raise GatewayError(f"the gateway exited while starting: {_tail(gateway_dir() / 'watcher.log')}",
+            raise GatewayError(f"the gateway exited while starting: {_log_tail(runner, gateway_dir() / 'watcher.log')}",
                                fix=f"Read {gateway_dir() / 'proxy.log'}.")
         try:
             res = httpx.get(f"{state.url}/v1/models", headers={"Authorization": f"Bearer {admin}"}, timeout=5,
@@ -172,8 +172,8 @@ def _wait_ready(state: GatewayState, admin: str, timeout_s: float, runner: Runne
                        fix=f"Read {gateway_dir() / 'proxy.log'}.")
 
 
-def _tail(p: Path, n: int = 20) -> str:
-    return "\n".join(p.read_text(errors="replace").splitlines()[-n:]) if p.exists() else "(no log)"
+def _log_tail(runner: Runner, p: Path) -> str:
+    return "\n".join(remote.tail(runner, str(p), 20)) or "(no log)"
 
 
 def proxy_argv(state: GatewayState) -> list[str]:
