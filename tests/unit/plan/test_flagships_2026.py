@@ -33,7 +33,7 @@ CASES = {
                             "_get_kv_cache_groups_glm5_next", "mhc")),
     "mimo-v2.6-flash.json": ("MiMoV2ForCausalLM", "0.21.0",
                              ("mimo_v2.py", "swa_num_key_value_heads", "v_head_dim",
-                              "unify_kv_cache_spec_page_size")),
+                              "unify_kv_cache_spec_page_size", "store_dtype")),
 }
 
 
