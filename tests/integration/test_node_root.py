@@ -155,6 +155,36 @@ def test_cli_dry_run_changes_nothing_then_apply_and_revert(root: Path) -> None:
     assert snapshot(root) == before
 
 
+def test_remove_ipc_found_in_logind_files_turned_off_and_reverted(root: Path, gb10: node.NodeProfile) -> None:
+    """logind's RemoveIPC read from a fake root the way a node is read (a shell lists the drop-ins), turned off by a
+    drop-in that sorts after the vendor's, and the tree back byte for byte after revert."""
+    (root / "etc/systemd").mkdir(parents=True)
+    (root / "etc/systemd/logind.conf").write_text("[Login]\n#RemoveIPC=yes\n")
+    vendor = root / "usr/lib/systemd/logind.conf.d"
+    vendor.mkdir(parents=True)
+    (vendor / "50-vendor.conf").write_text("[Login]\nRemoveIPC=yes\n")
+    before = snapshot(root)
+    runner = LocalRunner()
+    first = by_name(node.check(runner, gb10, root=str(root)))["logind RemoveIPC"]
+    vendor_conf = "/usr/lib/systemd/logind.conf.d/50-vendor.conf"
+    assert first.details["remove_ipc"] is True and first.details["set_by"] == vendor_conf
+    assert first.details["files"] == ["/etc/systemd/logind.conf", vendor_conf]
+    assert first.status == ("warn" if os.geteuid() <= F.SYSTEM_UID_MAX else "fail")
+
+    dry = node.apply(runner, gb10, root=str(root), dry_run=True)
+    assert any(s.summary.startswith(f"write {F.LOGIND_DROPIN}") for s in dry.plan.steps) and dry.done == []
+    assert snapshot(root) == before
+
+    node.apply(runner, gb10, root=str(root))
+    dropin = root / F.LOGIND_DROPIN.lstrip("/")
+    assert "RemoveIPC=no" in dropin.read_text() and stat.S_IMODE(dropin.stat().st_mode) == 0o644
+    after = by_name(node.check(runner, gb10, root=str(root)))["logind RemoveIPC"]
+    assert after.status == "ok" and after.details["set_by"] == F.LOGIND_DROPIN
+
+    node.revert(runner, root=str(root))
+    assert snapshot(root) == before
+
+
 class AsNobody:
     """LocalRunner whose commands run as `nobody`: a login user without root and without sudo."""
 

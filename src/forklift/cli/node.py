@@ -70,7 +70,8 @@ def _targets(args: list[str] | None, profile: str) -> list[tuple[str, Runner, st
 @node_app.command("check")
 def check_cmd(nodes: NodesArg = None, profile: ProfileOpt = "auto", root: RootOpt = "/",
               json_out: JsonOpt = False) -> None:
-    """Check each node against a profile: sysctls, swap, guard health, display manager, page cache, other guards."""
+    """Check each node against a profile: sysctls, swap, guard health, display manager, page cache, other guards and
+    logind RemoveIPC."""
     results: list[node.CheckResult] = []
     for target, runner, prof in _targets(nodes, profile):
         try:

@@ -406,6 +406,14 @@ def scheme_from_config(qc: Mapping[str, Any] | None, *, source: str = "config.js
             fix="Known: " + ", ".join(sorted(_method_of_checkpoint())) + ". A checkpoint vLLM cannot load cannot be "
             "planned either; for a method vLLM has, add its row to forklift/model/quant_layouts.yaml (and its bytes "
             "per parameter to quant_formats.yaml).")
+    if name == "fp8" and qc.get("store_dtype") is not None:
+        raise ModelError(
+            f"{source}: quantization_config quant_method 'fp8' with store_dtype '{qc.get('store_dtype')}': vLLM loads "
+            "the routed experts in that format (layers/quantization/fp8.py Fp8Config.get_quant_method: store_dtype "
+            "'mxfp4' -> Mxfp4MoEMethod, from 0.26.0) and the other linear layers as FP8; the planner's weight rules "
+            "do not read store_dtype, and counting the experts as FP8 would overstate them about twice",
+            fix="Plan without memory figures (render and up still work), or start it once and read vLLM's "
+            "'Model loading took' line.")
     return _scheme_from_row(name, layouts()["methods"][name], qc)
 
 

@@ -102,6 +102,8 @@ class NodeState(BaseModel):
     swap: SwapRecord | None = None
     guard_unit: UnitRecord | None = None
     display_manager: UnitRecord | None = None
+    logind_reloaded: bool = False
+    """apply reloaded systemd-logind after writing its drop-in (revert reloads it again after removing it)."""
 
     def file(self, path: str) -> FileRecord | None:
         return next((f for f in self.files if f.path == path), None)
@@ -177,6 +179,17 @@ def guard_unit_text(python: str) -> str:
 
 def guard_module_text() -> str:
     return (resources.files("forklift.node") / "guard.py").read_text()
+
+
+LOGIND_UNIT = "systemd-logind.service"
+
+
+def logind_dropin_text() -> str:
+    return ("# Written by `forklift node apply`; `forklift node revert` removes it.\n"
+            "# RemoveIPC=yes deletes a user's semaphores and shared memory when the user's last session ends\n"
+            "# (the SSH session that started a vLLM rank), and the rank dies.\n"
+            "[Login]\n"
+            "RemoveIPC=no\n")
 
 
 def fstab_with_swap(fstab: str | None, path: str) -> str:
@@ -319,6 +332,26 @@ class _Builder:
                 self.state.display_manager = UnitRecord(name=spec.unit, was_enabled=dm.enabled, was_active=dm.active)
             self.live_steps.append(Step(f"stop {spec.unit}", ("systemctl", "stop", spec.unit), live=True))
 
+    def logind(self) -> None:
+        """RemoveIPC=no as the last drop-in, then logind reloads it (reload where the unit has one, else restart:
+        logind keeps its sessions across a restart)."""
+        facts = self.facts
+        if not self.profile.keep_ipc or not (facts.has_systemd or facts.logind or not self.live):
+            return
+        value, source = F.remove_ipc(facts.logind)
+        if not value:
+            return
+        ours = F.logind_order([F.LOGIND_DROPIN, source])
+        if source != F.LOGIND_DROPIN and source.endswith(".conf") and ours[-1] == source:
+            self.notes.append(f"RemoveIPC=yes is set by {source}, which logind reads after {F.LOGIND_DROPIN}: "
+                              f"remove the setting there (forklift does not edit files it did not write)")
+        self.write(F.LOGIND_DROPIN, logind_dropin_text(), "644", f"write {F.LOGIND_DROPIN} (RemoveIPC=no)")
+        if facts.has_systemd:
+            if self.live:
+                self.state.logind_reloaded = True
+            self.live_steps.append(Step(f"reload {LOGIND_UNIT}", ("systemctl", "try-reload-or-restart", LOGIND_UNIT),
+                                        live=True))
+
     def finish(self) -> ApplyPlan:
         """Live steps (or, files-only, a note that they were skipped), then the state record and the parent
         directories in front of everything."""
@@ -360,6 +393,7 @@ def plan_apply(facts: PrepFacts, profile: NodeProfile, *, previous: NodeState | 
     build.swap()
     build.guard(runs_dirs)
     build.display_manager()
+    build.logind()
     return build.finish()
 
 
@@ -464,6 +498,8 @@ def plan_revert(facts: PrepFacts, state: NodeState) -> ApplyPlan:
         steps.append(Step(f"remove {state.swap.path}", ("rm", "-f", "--", under(root, state.swap.path))))
     if live and state.guard_unit and facts.has_systemd:
         steps.append(Step("systemctl daemon-reload", ("systemctl", "daemon-reload"), live=True))
+    if live and state.logind_reloaded and facts.has_systemd:
+        steps.append(Step(f"reload {LOGIND_UNIT}", ("systemctl", "try-reload-or-restart", LOGIND_UNIT), live=True))
     steps.append(Step(f"remove {F.STATE_FILE}", ("rm", "-f", "--", under(root, F.STATE_FILE))))
     for d in sorted(state.created_dirs, key=lambda d: -d.count("/")):
         steps.append(Step(f"remove {d} if empty", ("rmdir", "--ignore-fail-on-non-empty", "--", under(root, d))))

@@ -14,8 +14,11 @@ from forklift.node.facts import (
     GUARD_CONFIG,
     GUARD_UNIT,
     GUARD_UNIT_FILE,
+    LOGIND_DROPIN,
     OTHER_GUARDS,
     REPORTED_SYSCTLS,
+    SYSTEM_UID_MAX,
+    FileFact,
     Heartbeat,
     PrepFacts,
     SwapArea,
@@ -23,6 +26,7 @@ from forklift.node.facts import (
     UnitFact,
     fstab_entries,
     parse_sysctl_conf,
+    remove_ipc,
 )
 from forklift.node.profile import GIB, DisplayManagerSpec, GuardSpec, NodeProfile, SwapSpec
 from forklift.results import CheckResult, Status
@@ -146,6 +150,30 @@ def check_other_guards(found: tuple[tuple[int, str], ...]) -> CheckResult:
     )
 
 
+def check_remove_ipc(files: tuple[FileFact, ...], *, uid: int, has_systemd: bool, keep_ipc: bool) -> CheckResult:
+    """systemd-logind RemoveIPC (logind.conf(5)): when yes, a regular user's IPC objects go when the user's last
+    session ends, so the ranks a login user started over SSH lose vLLM's semaphores and shared memory."""
+    name = "logind RemoveIPC"
+    value, source = remove_ipc(files)
+    ev: dict[str, Any] = {"remove_ipc": value, "set_by": source, "files": [f.path for f in files], "uid": uid,
+                          "drop_in": LOGIND_DROPIN}
+    setting = f"RemoveIPC={'yes' if value else 'no'} ({source})"
+    if not keep_ipc:
+        return CheckResult(name, "skip", f"{setting}; the profile leaves it", ev)
+    if not has_systemd and not files:
+        return CheckResult(name, "skip", "no systemd-logind on this host", ev)
+    if not value:
+        return CheckResult(name, "ok", setting, ev)
+    if uid <= SYSTEM_UID_MAX:
+        who = "root" if uid == 0 else f"system user {uid}"
+        return CheckResult(name, "warn", f"{setting}: spares {who} (the login user), but ranks started by a "
+                           "regular user lose vLLM's semaphores when their SSH session ends", ev,
+                           fix="forklift node apply (writes a logind.conf.d drop-in with RemoveIPC=no)")
+    return CheckResult(name, "fail", f"{setting}: logind deletes uid {uid}'s semaphores and shared memory when "
+                       "the SSH session that started a rank ends, and the rank dies", ev,
+                       fix="forklift node apply (writes a logind.conf.d drop-in with RemoveIPC=no)")
+
+
 def run_checks(facts: PrepFacts, profile: NodeProfile) -> list[CheckResult]:
     """Every item of ``node check`` for one node."""
     persisted = parse_sysctl_conf(facts.file(profile.sysctl_file).text)
@@ -161,6 +189,8 @@ def run_checks(facts: PrepFacts, profile: NodeProfile) -> list[CheckResult]:
     results.append(check_page_cache(facts.meminfo, warn_fraction=profile.page_cache_warn_fraction,
                                     unified_memory=profile.unified_memory))
     results.append(check_other_guards(facts.other_guards))
+    results.append(check_remove_ipc(facts.logind, uid=facts.uid, has_systemd=facts.has_systemd,
+                                    keep_ipc=profile.keep_ipc))
     return [CheckResult(r.name, r.status, r.summary, r.details, r.fix, host=facts.host) for r in results]
 
 

@@ -28,6 +28,14 @@ GUARD_MODULE = "/usr/local/lib/forklift/forklift_guard.py"
 GUARD_HEARTBEAT = "/run/forklift/guard-heartbeat.json"
 GUARD_LOG = "/var/log/forklift-guard.log"
 FSTAB = "/etc/fstab"
+# systemd-logind's configuration (logind.conf(5)): the main file, then *.conf drop-ins from these directories sorted
+# by file name (a later name overrides; for one name /etc hides /run hides /usr/local/lib hides /usr/lib).
+LOGIND_CONF = "/etc/systemd/logind.conf"
+LOGIND_DROPIN_DIRS = ("/usr/lib/systemd/logind.conf.d", "/usr/local/lib/systemd/logind.conf.d",
+                      "/run/systemd/logind.conf.d", "/etc/systemd/logind.conf.d")
+LOGIND_DROPIN = "/etc/systemd/logind.conf.d/99-forklift-keep-ipc.conf"
+SYSTEM_UID_MAX = 999
+"""logind's RemoveIPC spares system users (uid <= SYSTEM_UID_MAX, systemd's compiled-in default) and root."""
 REPORTED_SYSCTLS = (
     "vm.swappiness", "vm.vfs_cache_pressure", "vm.min_free_kbytes", "vm.dirty_ratio", "vm.dirty_background_ratio",
 )
@@ -46,6 +54,7 @@ _READ_FILES = (
 )
 _READ_VALUES = 'for f; do v=$(cat -- "$f" 2>/dev/null) || v="?"; printf "%s\\t%s\\n" "$f" "$v"; done'
 _EXISTING_DIRS = 'for d; do [ -d "$d" ] && printf "%s\\n" "$d"; done; true'
+_CONF_FILES = 'for d; do for f in "$d"/*.conf; do [ -f "$f" ] && printf "%s\\n" "$f"; done; done; true'
 
 
 def under(root: str, path: str) -> str:
@@ -140,6 +149,8 @@ class PrepFacts:
     guard_python_ok: bool
     sudo_ok: bool
     notes: tuple[str, ...] = field(default_factory=tuple)
+    logind: tuple[FileFact, ...] = ()
+    """systemd-logind's configuration files that exist, in the order logind reads them (``logind_order``)."""
 
     @property
     def is_root(self) -> bool:
@@ -155,7 +166,7 @@ class PrepFacts:
 
 def managed_files(profile: NodeProfile) -> list[str]:
     """Every file (node path) apply may write, besides the swap file."""
-    return [FSTAB, profile.sysctl_file, GUARD_UNIT_FILE, GUARD_CONFIG, GUARD_MODULE, STATE_FILE]
+    return [FSTAB, profile.sysctl_file, GUARD_UNIT_FILE, GUARD_CONFIG, GUARD_MODULE, LOGIND_DROPIN, STATE_FILE]
 
 
 def parent_dirs(paths: Iterable[str]) -> list[str]:
@@ -223,14 +234,53 @@ def gather(runner: Runner, profile: NodeProfile, *, root: str = "/") -> PrepFact
 
     python = guard_python_for(runner)
     python_ok = _run(runner, [python, "-c", "import psutil"]).ok
+    logind = _logind_files(runner, root)
 
     return PrepFacts(
         host=runner.host, root=root, uid=uid, init=init, has_systemd=has_systemd, now=now, hostname=hostname,
         sysctl=sysctl, meminfo=host.memory, swaps=swaps, files=files, existing_dirs=existing, swap_file=swap_file,
         guard_unit=guard_unit, display_manager=display, heartbeat_path=hb_path, heartbeat=heartbeat,
         heartbeat_error=hb_error, other_guards=others, guard_python=python, guard_python_ok=python_ok,
-        sudo_ok=sudo_ok, notes=tuple(notes),
+        sudo_ok=sudo_ok, notes=tuple(notes), logind=logind,
     )
+
+
+def logind_order(paths: Iterable[str]) -> list[str]:
+    """logind's reading order of its configuration files (node paths): the main file first, then one drop-in per
+    file name, sorted by name, the one in the most important directory winning (logind.conf(5) CONFIGURATION
+    DIRECTORIES AND PRECEDENCE)."""
+    rank = {d: i for i, d in enumerate(LOGIND_DROPIN_DIRS)}
+    main = [p for p in paths if p == LOGIND_CONF]
+    chosen: dict[str, str] = {}
+    for p in paths:
+        d, name = posixpath.split(p)
+        if d in rank and name.endswith(".conf") and (name not in chosen or
+                                                      rank[d] > rank[posixpath.dirname(chosen[name])]):
+            chosen[name] = p
+    return main + [chosen[n] for n in sorted(chosen)]
+
+
+def remove_ipc(files: Iterable[FileFact]) -> tuple[bool, str]:
+    """logind's effective RemoveIPC and where it was set: the last ``RemoveIPC=`` of a [Login] section in reading
+    order; systemd's default (yes) when no file sets it."""
+    value, source = True, "systemd's default"
+    for fact in files:
+        section = ""
+        for raw in (fact.text or "").splitlines():
+            line = raw.strip()
+            if not line or line.startswith(("#", ";")):
+                continue
+            if line.startswith("[") and line.endswith("]"):
+                section = line[1:-1].strip()
+                continue
+            key, sep, val = line.partition("=")
+            if sep and section == "Login" and key.strip() == "RemoveIPC":
+                word = val.strip().lower()
+                if word in ("yes", "true", "on", "1", "y", "t"):
+                    value, source = True, fact.path
+                elif word in ("no", "false", "off", "0", "n", "f"):
+                    value, source = False, fact.path
+    return value, source
 
 
 def parse_swaps(text: str) -> tuple[SwapArea, ...]:
@@ -316,6 +366,17 @@ def _read_files(runner: Runner, root: str, paths: list[str]) -> dict[str, FileFa
     for p in paths:
         out.setdefault(p, FileFact(p, exists=False))
     return out
+
+
+def _logind_files(runner: Runner, root: str) -> tuple[FileFact, ...]:
+    """The logind configuration files that exist, read in logind's order."""
+    dirs = {under(root, d): d for d in LOGIND_DROPIN_DIRS}
+    listed = _out(runner, ["sh", "-c", _CONF_FILES, "forklift-logind", *dirs])
+    found = [posixpath.join(dirs[posixpath.dirname(line)], posixpath.basename(line))
+             for line in listed.splitlines() if posixpath.dirname(line) in dirs]
+    order = logind_order([LOGIND_CONF, *found])
+    files = _read_files(runner, root, order)
+    return tuple(files[p] for p in order if files[p].exists)
 
 
 def _sudo_works(runner: Runner) -> bool:

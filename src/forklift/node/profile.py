@@ -82,6 +82,11 @@ class NodeProfile(_Strict):
     guard: GuardSpec = Field(default_factory=GuardSpec)
     display_manager: DisplayManagerSpec = Field(default_factory=DisplayManagerSpec)
     page_cache_warn_fraction: float = Field(default=0.5, gt=0, le=1)
+    keep_ipc: bool = Field(
+        default=True,
+        description="systemd-logind RemoveIPC=no (a logind.conf.d drop-in): with RemoveIPC=yes, logind deletes a "
+        "regular user's System V / POSIX IPC objects (vLLM's shared-memory semaphores) when that user's last "
+        "session ends, e.g. the SSH session that started a rank.")
     sysctl_file: str = "/etc/sysctl.d/99-forklift-node.conf"
 
     @field_validator("sysctl")

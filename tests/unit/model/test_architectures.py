@@ -109,6 +109,7 @@ def test_qwen38_flash_next_is_refused_naming_the_release_and_the_missing_pieces(
         from_config(cfg)
     msg = err.value.message
     assert "0.29.0" in msg and "indexer" in msg and "n-gram" in msg
+    assert "models/qwen4_exp/nvidia/model.py" in msg and "QSACompressedKeyCache" in msg and "CircularBufferSpec" in msg
 
 
 def test_unknown_hybrid_is_named_with_what_its_config_shows() -> None:

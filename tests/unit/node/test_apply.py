@@ -115,7 +115,7 @@ def test_applied_node_needs_nothing() -> None:
     facts = make_facts(
         sysctl={k: str(v) for k, v in GB10.sysctl.items()}, swaps=(swap("/swapfile-forklift", 64),),
         swap_file=SwapFileFact(True, 64 * GIB, "600", True), files=files,
-        guard_unit=UnitFact("enabled", "active"),
+        guard_unit=UnitFact("enabled", "active"), logind=(files[F.LOGIND_DROPIN],),
     )
     again = plan_apply(facts, GB10, previous=first.state, runs_dirs=["/runs"])
     assert again.steps == ()

@@ -97,7 +97,7 @@ def test_run_checks_covers_every_item() -> None:
     names = [r.name for r in results]
     assert names[:5] == ["sysctl vm.swappiness", "sysctl vm.vfs_cache_pressure", "sysctl vm.min_free_kbytes",
                          "sysctl vm.dirty_ratio", "sysctl vm.dirty_background_ratio"]
-    assert names[5:] == ["swap", "guard", "display manager", "page cache", "other OOM guards"]
+    assert names[5:] == ["swap", "guard", "display manager", "page cache", "other OOM guards", "logind RemoveIPC"]
     assert all(r.host == "spark1" for r in results)
     assert worst(results) == "fail"
 
