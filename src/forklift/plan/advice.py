@@ -15,22 +15,22 @@ from forklift.recipe.deployment import Deployment
 Replan = Callable[[Deployment], Core]
 
 
-def balanced_partition(c: Core) -> list[int] | None:
+def balanced_partition(core_plan: Core) -> list[int] | None:
     """A layer split that evens out the stages' weights + activation, when it is worth 1% of the largest stage."""
-    st = c.settings
+    st = core_plan.settings
     if st.pp < 2 or st.platform != "cuda":
         return None
-    act = [r.activation_gib * GIB for r in c.ranks[:: st.tp]]
+    act = [r.activation_gib * GIB for r in core_plan.ranks[:: st.tp]]
 
     def cost(parts: list[int]) -> float:
-        return max(c.table.stage(a, b, i == 0, i == st.pp - 1) + act[i]
+        return max(core_plan.table.stage(a, b, i == 0, i == st.pp - 1) + act[i]
                    for i, (a, b) in enumerate(layout.stage_ranges(parts)))
 
     base = st.partition
     best, best_cost = base, cost(base)
     for deltas in itertools.product(range(-3, 4), repeat=st.pp - 1):
         parts = [base[i] + deltas[i] for i in range(st.pp - 1)]
-        parts.append(c.ctx.spec.num_layers - sum(parts))
+        parts.append(core_plan.ctx.spec.num_layers - sum(parts))
         if min(parts) >= 1 and cost(parts) < best_cost - 1e-6:
             best, best_cost = parts, cost(parts)
     if best is base or cost(base) - best_cost < 0.01 * cost(base):
@@ -38,24 +38,24 @@ def balanced_partition(c: Core) -> list[int] | None:
     return best
 
 
-def replan(c: Core, deployment: Deployment) -> Core | None:
+def replan(core_plan: Core, deployment: Deployment) -> Core | None:
     """The core of ``deployment`` with the same model and version rules, or None when vLLM would reject it."""
     try:
-        return core(context(deployment, c.ctx.src, c.ctx.vr))
+        return core(context(deployment, core_plan.ctx.src, core_plan.ctx.vr))
     except ForkliftError:
         return None
 
 
-def _candidates(c: Core) -> list[tuple[str, list[str]]]:
-    st = c.settings
+def _candidates(core_plan: Core) -> list[tuple[str, list[str]]]:
+    st = core_plan.settings
     out: list[tuple[str, list[str]]] = []
     if st.mnbt > 8192 or st.seqs > 8:
         out.append(("batch limits: the profile run sizes activations off these",
                     ["serve.max_num_batched_tokens=" + str(min(st.mnbt, 8192)), "serve.max_num_seqs=8"]))
     if st.platform == "cuda" and st.util is not None:
         ceiling = 0.95
-        check = free_check(c.ctx, c.ranks)
-        if check is not None and any(p.unified for p in c.ctx.profiles):
+        check = free_check(core_plan.ctx, core_plan.ranks)
+        if check is not None and any(p.unified for p in core_plan.ctx.profiles):
             ceiling = min(ceiling, int(check.typical / check.total * 100) / 100)
         if ceiling > st.util + 0.005:
             out.append((f"gpu_memory_utilization {st.util} -> {ceiling} (the most the startup check allows)",
@@ -75,21 +75,21 @@ def _advice(action: str, sets: list[str], alt: Core, effect: str) -> Advice:
                   kv_tokens=alt.kv_tokens, fits=alt.fits)
 
 
-def _with_sets(c: Core, sets: list[str]) -> Core | None:
+def _with_sets(core_plan: Core, sets: list[str]) -> Core | None:
     try:
-        return replan(c, c.ctx.deployment.with_sets(sets))
+        return replan(core_plan, core_plan.ctx.deployment.with_sets(sets))
     except ForkliftError:
         return None
 
 
-def _ladder(c: Core) -> list[Advice]:
+def _ladder(core_plan: Core) -> list[Advice]:
     """One step per candidate, best KV first; steps that neither fit nor add KV are dropped."""
     steps: list[tuple[int, Advice]] = []
-    for action, sets in _candidates(c):
-        alt = _with_sets(c, sets)
-        if alt is None or (alt.kv_tokens <= c.kv_tokens and not alt.fits):
+    for action, sets in _candidates(core_plan):
+        alt = _with_sets(core_plan, sets)
+        if alt is None or (alt.kv_tokens <= core_plan.kv_tokens and not alt.fits):
             continue
-        gain = min(alt.pools) - min(c.pools)
+        gain = min(alt.pools) - min(core_plan.pools)
         effect = (f"KV pool {gain / GIB:+.2f} GiB per rank; {alt.kv_tokens:,} KV tokens"
                   + ("; fits" if alt.fits else "; still short"))
         steps.append((alt.kv_tokens, _advice(action, sets, alt, effect)))
@@ -97,48 +97,49 @@ def _ladder(c: Core) -> list[Advice]:
     return [a for _, a in steps]
 
 
-def _shorter_fitting(c: Core) -> tuple[int, Core] | None:
+def _shorter_fitting(core_plan: Core) -> tuple[int, Core] | None:
     """When no length fits at this max_model_len (the pool itself is gone), halve it: the profile's MLA and DSA
     indexer buffers shrink with max_model_len, so a shorter context can free the pool."""
-    length = c.settings.max_model_len // 2
+    length = core_plan.settings.max_model_len // 2
     while length >= 2048:
-        alt = _with_sets(c, [f"serve.max_model_len={length}"])
+        alt = _with_sets(core_plan, [f"serve.max_model_len={length}"])
         if alt is not None and alt.fits:
             return length, alt
         length //= 2
     return None
 
 
-def _context_and_dcp(c: Core) -> list[Advice]:
-    st, out = c.settings, []
-    if 0 < c.largest_len < st.max_model_len:
-        sets = [f"serve.max_model_len={c.largest_len}"]
-        alt = _with_sets(c, sets)
+def _context_and_dcp(core_plan: Core) -> list[Advice]:
+    st, out = core_plan.settings, []
+    if 0 < core_plan.largest_len < st.max_model_len:
+        sets = [f"serve.max_model_len={core_plan.largest_len}"]
+        alt = _with_sets(core_plan, sets)
         if alt is not None:
-            out.append(_advice(f"shorter context: max_model_len {st.max_model_len} -> {c.largest_len}", sets, alt,
-                               f"fits one {c.largest_len}-token request"))
-    elif c.largest_len == 0 and (found := _shorter_fitting(c)) is not None:
+            out.append(_advice(f"shorter context: max_model_len {st.max_model_len} -> {core_plan.largest_len}",
+                               sets, alt,
+                               f"fits one {core_plan.largest_len}-token request"))
+    elif core_plan.largest_len == 0 and (found := _shorter_fitting(core_plan)) is not None:
         length, alt = found
         out.append(_advice(f"shorter context: max_model_len {st.max_model_len} -> {length} (the profile's "
                            "context-sized buffers shrink with it)", [f"serve.max_model_len={length}"], alt,
                            f"KV pool {min(alt.pools) / GIB:.2f} GiB per rank; {alt.kv_tokens:,} KV tokens"))
-    if c.ctx.spec.attention == "mla" and st.tp > 1 and st.dcp == 1:
+    if core_plan.ctx.spec.attention == "mla" and st.tp > 1 and st.dcp == 1:
         sets = [f"parallel.dcp={st.tp}"]
-        alt = _with_sets(c, sets)
+        alt = _with_sets(core_plan, sets)
         if alt is not None:
             out.append(_advice(f"DCP={st.tp}: split stored tokens over the TP ranks", sets, alt,
                                f"{alt.kv_tokens:,} KV tokens"))
     return out
 
 
-def _one_more_node(c: Core) -> list[Advice]:
-    deployment, st = c.ctx.deployment, c.settings
+def _one_more_node(core_plan: Core) -> list[Advice]:
+    deployment, st = core_plan.ctx.deployment, core_plan.settings
     last = deployment.nodes[-1]
     extra = last.model_copy(update={"host": f"{last.host}-extra", "ssh": None, "data_ip": None})
     parallel = deployment.recipe.parallel.model_copy(update={"pp": st.pp + 1, "pp_layer_partition": None})
     recipe = deployment.recipe.model_copy(update={"nodes": [*deployment.nodes, extra], "parallel": parallel})
     try:
-        alt = replan(c, deployment.model_copy(update={"recipe": recipe}))
+        alt = replan(core_plan, deployment.model_copy(update={"recipe": recipe}))
     except PlanError:
         alt = None
     if alt is None:
@@ -148,24 +149,24 @@ def _one_more_node(c: Core) -> list[Advice]:
                     f"KV pool {min(alt.pools) / GIB:.2f} GiB per rank; {alt.kv_tokens:,} KV tokens")]
 
 
-def _model_length(c: Core) -> list[Advice]:
+def _model_length(core_plan: Core) -> list[Advice]:
     """vLLM refuses a max_model_len above the model's own: the model's length, or the override (at a risk)."""
-    derived, out = c.ctx.spec.derived_max_len, []
-    for action, sets in [(f"the model's context: max_model_len {c.settings.max_model_len} -> {derived}",
+    derived, out = core_plan.ctx.spec.derived_max_len, []
+    for action, sets in [(f"the model's context: max_model_len {core_plan.settings.max_model_len} -> {derived}",
                           [f"serve.max_model_len={derived}"]),
                          ("allow a longer context than the model's config (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; RoPE "
                           "positions past the model's length may give nan)", ["env.VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"])]:
-        alt = _with_sets(c, sets)
+        alt = _with_sets(core_plan, sets)
         if alt is not None and max_len_error(alt.ctx) is None:
             out.append(_advice(action, sets, alt, f"KV pool {min(alt.pools) / GIB:.2f} GiB per rank; "
                                f"{alt.kv_tokens:,} KV tokens" + ("; fits" if alt.fits else "; still short")))
     return out
 
 
-def advice(c: Core) -> list[Advice]:
+def advice(core_plan: Core) -> list[Advice]:
     """The ways out of a plan that does not fit, each with its re-planned effect; empty when it fits."""
-    if c.fits:
+    if core_plan.fits:
         return []
-    if max_len_error(c.ctx) is not None:
-        return _model_length(c)
-    return [*_ladder(c), *_context_and_dcp(c), *_one_more_node(c)]
+    if max_len_error(core_plan.ctx) is not None:
+        return _model_length(core_plan)
+    return [*_ladder(core_plan), *_context_and_dcp(core_plan), *_one_more_node(core_plan)]

@@ -143,51 +143,51 @@ def node_profiles(deployment: Deployment) -> list[HardwareProfile]:
     return out
 
 
-def _check_version(spec: ModelSpec, vr: rules.VersionRules) -> None:
-    if spec.vllm_min and rules.version_key(vr.version) < rules.version_key(spec.vllm_min):
-        raise PlanError(f"vLLM {vr.version} does not serve {spec.architecture} (first in {spec.vllm_min})",
+def _check_version(spec: ModelSpec, release: rules.VersionRules) -> None:
+    if spec.vllm_min and rules.version_key(release.version) < rules.version_key(spec.vllm_min):
+        raise PlanError(f"vLLM {release.version} does not serve {spec.architecture} (first in {spec.vllm_min})",
                         fix=f"Run vLLM {spec.vllm_min} or newer (--vllm-version), or use the model's other "
                         "architecture name if its config offers one.")
 
 
 def settings(deployment: Deployment, spec: ModelSpec, profiles: list[HardwareProfile],
-             vr: rules.VersionRules) -> Settings:
+             release: rules.VersionRules) -> Settings:
     s, par = deployment.recipe.serve, deployment.recipe.parallel
     prof = min(profiles, key=lambda p: p.memory_gib)
     platform = prof.kind
-    d_mnbt, d_seqs = rules.batch_defaults(vr, platform, prof.memory_gib, prof.name, prof.compute_capability,
+    d_mnbt, d_seqs = rules.batch_defaults(release, platform, prof.memory_gib, prof.name, prof.compute_capability,
                                           workers=par.tp * par.pp)
     dtype_bytes = {"bfloat16": 2, "float16": 2, "float32": 4}.get(s.dtype, spec.dtype_bytes)
     quantized = spec.quant.method != "none" or s.quantization is not None
     spec_method = s.speculative.method if s.speculative is not None else None
     return Settings(
         platform=platform,
-        util=None if platform == "cpu" else (s.gpu_memory_utilization or vr.gpu_memory_utilization),
+        util=None if platform == "cpu" else (s.gpu_memory_utilization or release.gpu_memory_utilization),
         mnbt=s.max_num_batched_tokens or d_mnbt, seqs=s.max_num_seqs or d_seqs,
         max_model_len=s.max_model_len or spec.default_max_len or 2048,  # vLLM's derived length, else its 2048
-        kv_dtype=kvspecs.resolved_kv_dtype(s.kv_cache_dtype, spec, vr, prof.compute_capability),
+        kv_dtype=kvspecs.resolved_kv_dtype(s.kv_cache_dtype, spec, release, prof.compute_capability),
         dtype_bytes=dtype_bytes, block=s.block_size, tp=par.tp, pp=par.pp, dcp=par.dcp,
         eager=s.enforce_eager or platform == "cpu", include_mtp=spec_method in _MTP_METHODS,
         partition=layout.pp_partition(spec.num_layers, par.pp, par.pp_layer_partition), dp=par.dp,
         ep=s.enable_expert_parallel, num_spec=s.speculative.num_speculative_tokens if s.speculative else 0,
         capability=prof.compute_capability,
-        runner=vr.runner_for(spec.architecture, moe=spec.is_moe, hybrid=spec.is_hybrid, quantized=quantized),
+        runner=release.runner_for(spec.architecture, moe=spec.is_moe, hybrid=spec.is_hybrid, quantized=quantized),
         prefix_caching=s.enable_prefix_caching, kv_budget=s.kv_cache_memory_bytes,
     )
 
 
-def context(deployment: Deployment, src: SpecSource, vr: rules.VersionRules) -> Context:
+def context(deployment: Deployment, src: SpecSource, release: rules.VersionRules) -> Context:
     """Check the layout as vLLM would, place the ranks and resolve the settings."""
     par = deployment.recipe.parallel
-    _check_version(src.spec, vr)
-    kvspecs.check_kv_dtype(deployment.recipe.serve.kv_cache_dtype, vr.version)
+    _check_version(src.spec, release)
+    kvspecs.check_kv_dtype(deployment.recipe.serve.kv_cache_dtype, release.version)
     layout.check_parallel(src.spec, par.tp, par.pp, par.dcp)
     profiles = node_profiles(deployment)
     if src.spec.vision is not None and not encoder.tower_built(deployment.recipe.serve.multimodal):
         src = src.model_copy(update={"spec": src.spec.model_copy(update={"vision": None})})
     place = layout.placement(par.tp, par.pp, len(deployment.nodes),
                              [p.gpus if p.kind == "cuda" else None for p in profiles], dp=par.dp)
-    ctx = Context(deployment, src, vr, profiles, place, settings(deployment, src.spec, profiles, vr))
+    ctx = Context(deployment, src, release, profiles, place, settings(deployment, src.spec, profiles, release))
     quant_rules.check(src.spec, quant_rules.scheme_for(ctx), quant_rules.setup_for(ctx))  # will it start
     return ctx
 
@@ -280,7 +280,7 @@ def encoder_profile(ctx: Context) -> encoder.EncoderProfile:
                            max_model_len=st.max_model_len, tp=st.tp, dtype_bytes=st.dtype_bytes)
 
 
-def _with_encoder(ctx: Context, b: terms.Batch, act: float, weights: float) -> tuple[float, float]:
+def _with_encoder(ctx: Context, batch: terms.Batch, act: float, weights: float) -> tuple[float, float]:
     """The first stage's activation with the encoder's profile pass (plan/encoder.py), and its weights with a whole
     tower per rank under mm_encoder_tp_mode 'data' (the table shards it over TP like vLLM's default)."""
     e = encoder_profile(ctx)
@@ -288,7 +288,7 @@ def _with_encoder(ctx: Context, b: terms.Batch, act: float, weights: float) -> t
         c0 = float(rules.measured()["activation_c0_gib"]) * GIB
         act = max(act + e.held, c0 + e.peak)
     if ctx.deployment.recipe.serve.multimodal.mm_encoder_tp_mode == "data" and ctx.st.tp > 1 and ctx.spec.vision:
-        weights += tower_param_count(ctx.spec.vision) * b.dtype_bytes * (1 - 1 / ctx.st.tp)
+        weights += tower_param_count(ctx.spec.vision) * batch.dtype_bytes * (1 - 1 / ctx.st.tp)
     return act, weights
 
 

@@ -46,38 +46,38 @@ class EncoderProfile:
     skipped: str = ""  # why the pass does not run ('' when it runs)
 
 
-def tower_built(mm: Multimodal) -> bool:
+def tower_built(multimodal: Multimodal) -> bool:
     """interfaces.py SupportsMultiModal._mark_tower_model: a tower whose modalities all have limit 0 is never built."""
-    lim = mm.limit_mm_per_prompt
+    lim = multimodal.limit_mm_per_prompt
     return lim is None or any(lim.get(m, DEFAULT_LIMIT) > 0 for m in ("image", "video"))
 
 
-def tokens_per_item(v: VisionSpec, mm: Multimodal) -> tuple[int, int]:
+def tokens_per_item(vision_spec: VisionSpec, multimodal: Multimodal) -> tuple[int, int]:
     """(merged tokens, tower patches) of the largest dummy image."""
-    if v.tower == "siglip":
-        return _SIGLIP_TOKENS, v.positions
-    unit = v.patch * v.merge
-    tokens = (mm.max_pixels or _MAX_PIXELS[v.tower]) // (unit * unit)
-    return tokens, tokens * v.merge * v.merge
+    if vision_spec.tower == "siglip":
+        return _SIGLIP_TOKENS, vision_spec.positions
+    unit = vision_spec.patch * vision_spec.merge
+    tokens = (multimodal.max_pixels or _MAX_PIXELS[vision_spec.tower]) // (unit * unit)
+    return tokens, tokens * vision_spec.merge * vision_spec.merge
 
 
-def profile(v: VisionSpec | None, mm: Multimodal, *, mnbt: int, seqs: int, max_model_len: int, tp: int,
+def profile(v: VisionSpec | None, multimodal: Multimodal, *, mnbt: int, seqs: int, max_model_len: int, tp: int,
             dtype_bytes: int) -> EncoderProfile:
     if v is None:
         return EncoderProfile(skipped="no multimodal tower")
-    if not tower_built(mm):
+    if not tower_built(multimodal):
         return EncoderProfile(skipped="every modality of the tower has limit_mm_per_prompt 0: the tower is not built")
-    if mm.skip_mm_profiling:
+    if multimodal.skip_mm_profiling:
         return EncoderProfile(skipped="skip_mm_profiling")
-    tokens, patches = tokens_per_item(v, mm)
-    limit = min((mm.limit_mm_per_prompt or {}).get(m, DEFAULT_LIMIT) for m in ("image",)) or 1
+    tokens, patches = tokens_per_item(v, multimodal)
+    limit = min((multimodal.limit_mm_per_prompt or {}).get(m, DEFAULT_LIMIT) for m in ("image",)) or 1
     budget = max(mnbt, tokens)
     per_prompt = max(1, min(limit, max_model_len // tokens))
     items = max(1, min(budget // tokens, seqs * per_prompt))
     out_width = v.out_hidden * (1 + v.deepstack)
     held = items * tokens * out_width * dtype_bytes
     # 'weights' mode shards the tower's column-parallel widths over TP; 'data' gives each rank whole items
-    ranks_items, width_tp = (-(-items // tp), 1) if mm.mm_encoder_tp_mode == "data" else (items, tp)
+    ranks_items, width_tp = (-(-items // tp), 1) if multimodal.mm_encoder_tp_mode == "data" else (items, tp)
     p = ranks_items * patches
     pixels = v.channels * v.temporal_patch * v.patch * v.patch
     block = (3 * v.hidden + 2 * v.intermediate // width_tp) * dtype_bytes

@@ -134,32 +134,32 @@ class KvLayout:
 # --------------------------------------------------------------------------------------------- block size
 
 
-def block_size(layers: list[LayerKv], c: KvConfig) -> tuple[int, int | None, int]:
+def block_size(layers: list[LayerKv], kv_config: KvConfig) -> tuple[int, int | None, int]:
     """(block size, padded Mamba page, Mamba block size): platforms/interface.py _align_hybrid_block_size.
 
     The attention block is raised to ``k * ceil(state / (k * attention bytes per token))`` so one attention page
     holds a Mamba state; the Mamba page is padded to the attention page."""
     attn = [x for x in layers if x.kind != "mamba"]
     mamba = [x for x in layers if x.kind == "mamba"]
-    bs = c.block
-    mamba_block = c.max_model_len
+    bs = kv_config.block
+    mamba_block = kv_config.max_model_len
     if not mamba or not attn:
         return bs, None, mamba_block
     a1 = max(x.per_token for x in attn)
     m = max(x.state for x in mamba)
-    k = max(c.kernel_min_block, bs)
-    if c.mla and c.mla_hybrid_block_128:
+    k = max(kv_config.kernel_min_block, bs)
+    if kv_config.mla and kv_config.mla_hybrid_block_128:
         k = max(k, 128)
-    if c.mamba_mode == "align":
-        k = lcm(k, c.ckpt_alignment)
-    if c.mamba_mode == "all":
-        chunk = lcm(c.mamba_chunk, k)
+    if kv_config.mamba_mode == "align":
+        k = lcm(k, kv_config.ckpt_alignment)
+    if kv_config.mamba_mode == "all":
+        chunk = lcm(kv_config.mamba_chunk, k)
         aligned = chunk * cdiv(cdiv(m, a1), chunk)
         mamba_block = aligned
     else:
         aligned = k * cdiv(m, k * a1)
     bs = max(bs, aligned)
-    if c.mamba_mode == "align":
+    if kv_config.mamba_mode == "align":
         mamba_block = bs
     return bs, (bs * a1 if bs * a1 != m else None), mamba_block
 
@@ -183,12 +183,12 @@ def _group_size(counts: list[int]) -> int:
     return max(counts) if max(counts) < 1.5 * size else size
 
 
-def layout(layers: list[LayerKv], c: KvConfig) -> KvLayout:
+def layout(layers: list[LayerKv], kv_config: KvConfig) -> KvLayout:
     """The worker's KV layout: block size, groups and bytes per block, as vLLM builds them."""
     if not layers:
         raise PlanError("this worker holds no layer with a KV cache or state",
                         fix="Check parallel.pp against the model's layers.")
-    bs, padded, mamba_block = block_size(layers, c)
+    bs, padded, mamba_block = block_size(layers, kv_config)
     pages = [bs * x.per_token if x.kind != "mamba" else (padded or x.state) for x in layers]
     counts = Counter(x.key for x in layers)
     specs = {x.key: x for x in layers}
@@ -196,7 +196,7 @@ def layout(layers: list[LayerKv], c: KvConfig) -> KvLayout:
     state = sum(x.state for x in layers)
     if _uniform_type(layers):
         buckets = tuple(Bucket(specs[k], n, 1) for k, n in counts.items())
-        return KvLayout(c, bs, padded, mamba_block, True, buckets, len(layers), sum(pages), per_token, state)
+        return KvLayout(kv_config, bs, padded, mamba_block, True, buckets, len(layers), sum(pages), per_token, state)
     if len(set(pages)) != 1:
         raise PlanError(f"KV pages of different sizes on one worker ({sorted(set(pages))} bytes): vLLM would rescale "
                         "block sizes per group (unify_kv_cache_spec_page_size), which the planner does not model",
@@ -205,7 +205,7 @@ def layout(layers: list[LayerKv], c: KvConfig) -> KvLayout:
     buckets = tuple(Bucket(specs[k], n, cdiv(n, size)) for k, n in counts.items())
     pad = sum(b.groups * size - b.layers for b in buckets)
     notes = (f"{pad} padding layer(s) in the KV groups (group size {size})",) if pad else ()
-    return KvLayout(c, bs, padded, mamba_block, False, buckets, size, pages[0] * size, per_token, state, notes)
+    return KvLayout(kv_config, bs, padded, mamba_block, False, buckets, size, pages[0] * size, per_token, state, notes)
 
 
 class NeedsBytes(Protocol):

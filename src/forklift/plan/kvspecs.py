@@ -44,14 +44,14 @@ class KvInputs:
     prefix_caching: bool | None  # the user's --enable-prefix-caching (None: vLLM's default)
 
 
-def resolved_kv_dtype(requested: str, spec: ModelSpec, vr: rules.VersionRules, capability: str) -> str:
+def resolved_kv_dtype(requested: str, spec: ModelSpec, release: rules.VersionRules, capability: str) -> str:
     """--kv-cache-dtype as vLLM resolves it: auto takes the checkpoint's declared KV scheme (ModelOpt
     kv_cache_quant_algo, compressed-tensors kv_cache_scheme); 0.33 GLM-DSA on SM10x turns auto into fp8."""
     if requested != "auto":
         return requested
     if spec.quant.kv_cache_dtype:
         return spec.quant.kv_cache_dtype
-    if vr.glm_dsa_sm100_auto_fp8 and spec.architecture == "GlmMoeDsaForCausalLM" and capability.startswith("10."):
+    if release.glm_dsa_sm100_auto_fp8 and spec.architecture == "GlmMoeDsaForCausalLM" and capability.startswith("10."):
         return "fp8_e4m3"
     return "auto"
 
@@ -127,35 +127,39 @@ def _gpu_key(capability: str) -> str:
     return {"9": "9.0", "10": "10.0", "11": "10.0", "12": "12.1"}.get(major, "9.0")
 
 
-def mla_bytes(spec: ModelSpec, x: KvInputs) -> int:
+def mla_bytes(spec: ModelSpec, inputs: KvInputs) -> int:
     """MLA latent bytes per token per layer; sparse (DSA) models by the sparse backend the GPU gets."""
     assert spec.mla is not None
-    fp8 = x.kv_dtype.startswith("fp8")
-    if spec.indexer is not None and x.platform == "cuda":
+    fp8 = inputs.kv_dtype.startswith("fp8")
+    if spec.indexer is not None and inputs.platform == "cuda":
         table: dict[str, dict[str, int]] = rules.data()["sparse_mla_bytes"]
-        return table[_gpu_key(x.capability)]["fp8" if fp8 else "auto"]
-    return mla_latent_bytes(x.kv_dtype, spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim, x.model_dtype_bytes)
+        return table[_gpu_key(inputs.capability)]["fp8" if fp8 else "auto"]
+    return mla_latent_bytes(inputs.kv_dtype, spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim,
+                            inputs.model_dtype_bytes)
 
 
-def _gdn_state(st: StateSpec, x: KvInputs, vr: rules.VersionRules) -> tuple[int, int]:
+def _gdn_state(state: StateSpec, inputs: KvInputs, release: rules.VersionRules) -> tuple[int, int]:
     """Gated DeltaNet: conv over q, k, v; recurrent state heads x head_dim x key_dim."""
-    t = x.tp
-    conv = (st.conv_kernel - 1 + x.num_spec) * ((2 * st.key_heads * st.key_dim + st.heads * st.head_dim) // t)
-    return conv, (st.heads // t) * st.head_dim * st.key_dim
+    t = inputs.tp
+    conv = (state.conv_kernel - 1 + inputs.num_spec) * (
+        (2 * state.key_heads * state.key_dim + state.heads * state.head_dim) // t)
+    return conv, (state.heads // t) * state.head_dim * state.key_dim
 
 
-def _mamba2_state(st: StateSpec, x: KvInputs, vr: rules.VersionRules) -> tuple[int, int]:
+def _mamba2_state(state: StateSpec, inputs: KvInputs, release: rules.VersionRules) -> tuple[int, int]:
     """Mamba2: groups padded to a multiple of TP; recurrent state heads x head_dim x state_size."""
-    t = x.tp
-    groups = st.groups if st.groups % t == 0 else st.groups + (t - st.groups)
-    conv = (st.conv_kernel - 1 + x.num_spec) * ((st.heads * st.head_dim + 2 * groups * st.state_size) // t)
-    return conv, (st.heads // t) * st.head_dim * st.state_size
+    t = inputs.tp
+    groups = state.groups if state.groups % t == 0 else state.groups + (t - state.groups)
+    conv = (state.conv_kernel - 1 + inputs.num_spec) * (
+        (state.heads * state.head_dim + 2 * groups * state.state_size) // t)
+    return conv, (state.heads // t) * state.head_dim * state.state_size
 
 
-def _kda_state(st: StateSpec, x: KvInputs, vr: rules.VersionRules) -> tuple[int, int]:
+def _kda_state(state: StateSpec, inputs: KvInputs, release: rules.VersionRules) -> tuple[int, int]:
     """KDA: 0.26 ignores the speculative tokens in the conv length; recurrent state fp32 (hard-coded)."""
-    length = st.conv_kernel - 1 + (x.num_spec if vr.align_prefill_checkpoint else 0)
-    return length * (3 * st.heads * st.head_dim // x.tp), (st.heads // x.tp) * st.head_dim * st.head_dim
+    length = state.conv_kernel - 1 + (inputs.num_spec if release.align_prefill_checkpoint else 0)
+    return (length * (3 * state.heads * state.head_dim // inputs.tp),
+            (state.heads // inputs.tp) * state.head_dim * state.head_dim)
 
 
 STATE_KINDS: dict[str, Callable[[StateSpec, KvInputs, rules.VersionRules], tuple[int, int]]] = {
@@ -164,15 +168,15 @@ STATE_KINDS: dict[str, Callable[[StateSpec, KvInputs, rules.VersionRules], tuple
 """Per linear-attention state kind: (conv elements, recurrent state elements) per layer on one worker."""
 
 
-def state_bytes(st: StateSpec, x: KvInputs, vr: rules.VersionRules) -> int:
+def state_bytes(state: StateSpec, inputs: KvInputs, release: rules.VersionRules) -> int:
     """MambaSpec.page_size_bytes (unpadded): conv state in the model dtype plus the recurrent state."""
-    shape = STATE_KINDS.get(st.kind)
+    shape = STATE_KINDS.get(state.kind)
     if shape is None:
-        raise PlanError(f"linear-attention state {st.kind!r} has no cache shape in the planner",
+        raise PlanError(f"linear-attention state {state.kind!r} has no cache shape in the planner",
                         fix="Plan a supported family (" + ", ".join(STATE_KINDS) + ") or calibrate from one "
                         "startup log (`forklift plan RECIPE --calibrate LOG`).")
-    conv, ssm = shape(st, x, vr)
-    return conv * x.model_dtype_bytes + ssm * _BYTES.get(st.ssm_dtype or "", x.model_dtype_bytes)
+    conv, ssm = shape(state, inputs, release)
+    return conv * inputs.model_dtype_bytes + ssm * _BYTES.get(state.ssm_dtype or "", inputs.model_dtype_bytes)
 
 
 @dataclass(frozen=True)
@@ -185,22 +189,22 @@ class _LayerInputs:
     indexer_bytes: int
 
 
-def _mamba_layer(layer: LayerSpec, a: _LayerInputs) -> list[LayerKv]:
-    assert a.spec.state is not None
-    return [LayerKv("mamba", state=state_bytes(a.spec.state, a.x, a.vr))]
+def _mamba_layer(layer: LayerSpec, layer_inputs: _LayerInputs) -> list[LayerKv]:
+    assert layer_inputs.spec.state is not None
+    return [LayerKv("mamba", state=state_bytes(layer_inputs.spec.state, layer_inputs.x, layer_inputs.vr))]
 
 
-def _mla_layer(layer: LayerSpec, a: _LayerInputs) -> list[LayerKv]:
-    latent = [LayerKv("mla", per_token=mla_bytes(a.spec, a.x))]
-    return latent + ([LayerKv("mla", per_token=a.indexer_bytes)] if layer.indexer else [])
+def _mla_layer(layer: LayerSpec, layer_inputs: _LayerInputs) -> list[LayerKv]:
+    latent = [LayerKv("mla", per_token=mla_bytes(layer_inputs.spec, layer_inputs.x))]
+    return latent + ([LayerKv("mla", per_token=layer_inputs.indexer_bytes)] if layer.indexer else [])
 
 
-def _sliding_layer(layer: LayerSpec, a: _LayerInputs) -> list[LayerKv]:
-    return [LayerKv("sliding", per_token=a.gqa, window=a.spec.sliding_window)]
+def _sliding_layer(layer: LayerSpec, layer_inputs: _LayerInputs) -> list[LayerKv]:
+    return [LayerKv("sliding", per_token=layer_inputs.gqa, window=layer_inputs.spec.sliding_window)]
 
 
-def _full_layer(layer: LayerSpec, a: _LayerInputs) -> list[LayerKv]:
-    return [LayerKv("full", per_token=a.gqa)]
+def _full_layer(layer: LayerSpec, layer_inputs: _LayerInputs) -> list[LayerKv]:
+    return [LayerKv("full", per_token=layer_inputs.gqa)]
 
 
 LAYER_KINDS: tuple[tuple[str, Callable[[LayerSpec, ModelSpec], bool],
@@ -214,56 +218,59 @@ LAYER_KINDS: tuple[tuple[str, Callable[[LayerSpec, ModelSpec], bool],
 matches (an MoE-only or attention-free layer) holds no cache."""
 
 
-def _layer_kv(layer: LayerSpec, a: _LayerInputs) -> list[LayerKv]:
-    build = next((b for _, test, b in LAYER_KINDS if test(layer, a.spec)), None)
-    return build(layer, a) if build is not None else []
+def _layer_kv(layer: LayerSpec, layer_inputs: _LayerInputs) -> list[LayerKv]:
+    build = next((b for _, test, b in LAYER_KINDS if test(layer, layer_inputs.spec)), None)
+    return build(layer, layer_inputs) if build is not None else []
 
 
-def layer_specs(spec: ModelSpec, start: int, end: int, last: bool, x: KvInputs,
-                vr: rules.VersionRules) -> list[LayerKv]:
+def layer_specs(spec: ModelSpec, start: int, end: int, last: bool, inputs: KvInputs,
+                release: rules.VersionRules) -> list[LayerKv]:
     """The cache specs of the layers [start, end) on one worker (+ MTP draft layers on the last stage)."""
-    heads = max(1, spec.num_kv_heads // x.tp)
-    if x.kv_dtype.startswith("turboquant_") and not spec.is_hybrid and spec.mla is None:
-        raise PlanError(f"--kv-cache-dtype {x.kv_dtype} on a model without linear-attention layers: vLLM keeps the "
+    heads = max(1, spec.num_kv_heads // inputs.tp)
+    if inputs.kv_dtype.startswith("turboquant_") and not spec.is_hybrid and spec.mla is None:
+        raise PlanError(f"--kv-cache-dtype {inputs.kv_dtype} on a model without linear-attention layers: vLLM keeps "
+                        "the "
                         "first and last two attention layers in the model dtype (turboquant/config.py "
                         "get_boundary_skip_layers) and re-aligns the block size for the two page sizes "
                         "(platforms/interface.py _align_heterogeneous_kv_block_size), which the planner does not model",
                         fix="Plan with another serve.kv_cache_dtype, or calibrate from one startup log "
                         "(`forklift plan RECIPE --calibrate LOG`).")
-    gqa = gqa_token_bytes(x.kv_dtype, heads, spec.head_dim, x.model_dtype_bytes) if spec.mla is None else 0
-    a = _LayerInputs(spec, x, vr, gqa, int(rules.data()["indexer_bytes_per_token"]))
+    gqa = gqa_token_bytes(inputs.kv_dtype, heads, spec.head_dim, inputs.model_dtype_bytes) if spec.mla is None else 0
+    a = _LayerInputs(spec, inputs, release, gqa, int(rules.data()["indexer_bytes_per_token"]))
     out = [kv for layer in spec.layers[start:end] for kv in _layer_kv(layer, a)]
-    if last and x.include_mtp:
+    if last and inputs.include_mtp:
         for _ in range(spec.mtp_layers):
-            out.append(LayerKv("mla", per_token=mla_bytes(spec, x)) if spec.mla else LayerKv("full", per_token=gqa))
+            out.append(LayerKv("mla", per_token=mla_bytes(spec, inputs)) if spec.mla else LayerKv("full",
+                                                                                                  per_token=gqa))
             if spec.indexer is not None:
                 out.append(LayerKv("mla", per_token=a.indexer_bytes))
     return out
 
 
-def base_block(spec: ModelSpec, x: KvInputs) -> int:
+def base_block(spec: ModelSpec, inputs: KvInputs) -> int:
     """Phase 1: the user's --block-size, else the attention backend's preferred block."""
     table: dict[str, Any] = rules.block_sizes()
-    if x.platform == "cpu":
-        return int(table["cpu_mla_without_amx"]) if spec.mla is not None and not x.amx else (x.block or
+    if inputs.platform == "cpu":
+        return int(table["cpu_mla_without_amx"]) if spec.mla is not None and not inputs.amx else (inputs.block or
                                                                                              int(table["cpu"]))
-    if x.block:
-        return x.block
+    if inputs.block:
+        return inputs.block
     if spec.indexer is not None:
         return int(table["cuda_sparse_mla"])
     if spec.mla is not None:
-        return int(table["cuda_mla"][_gpu_key(x.capability)]["fp8" if x.kv_dtype.startswith("fp8") else "auto"])
+        fp8 = inputs.kv_dtype.startswith("fp8")
+        return int(table["cuda_mla"][_gpu_key(inputs.capability)]["fp8" if fp8 else "auto"])
     return int(table["cuda"])
 
 
-def mamba_mode(spec: ModelSpec, x: KvInputs, vr: rules.VersionRules) -> Literal["none", "align", "all"]:
+def mamba_mode(spec: ModelSpec, inputs: KvInputs, release: rules.VersionRules) -> Literal["none", "align", "all"]:
     """Prefix caching on a hybrid: "all" for SupportsMambaPrefixCaching models while vLLM has it, else "align"."""
     if not spec.is_hybrid:
         return "none"
-    on = x.prefix_caching if x.prefix_caching is not None else vr.hybrid_prefix_caching_default
+    on = inputs.prefix_caching if inputs.prefix_caching is not None else release.hybrid_prefix_caching_default
     if not on:
         return "none"
-    return "all" if spec.supports_mamba_prefix_caching and vr.mamba_all_mode else "align"
+    return "all" if spec.supports_mamba_prefix_caching and release.mamba_all_mode else "align"
 
 
 def concurrent_batches(pp: int, runner: str) -> int:
@@ -273,20 +280,21 @@ def concurrent_batches(pp: int, runner: str) -> int:
     return 2 if pp == 1 else pp
 
 
-def kv_config(spec: ModelSpec, x: KvInputs, vr: rules.VersionRules) -> KvConfig:
-    block = base_block(spec, x)
-    mode = mamba_mode(spec, x, vr)
+def kv_config(spec: ModelSpec, inputs: KvInputs, release: rules.VersionRules) -> KvConfig:
+    block = base_block(spec, inputs)
+    mode = mamba_mode(spec, inputs, release)
     ckpt_align, ckpt_blocks = 1, 0
-    if vr.align_prefill_checkpoint and mode == "align" and spec.state is not None:
-        if spec.state.kind == "gdn" and x.capability.startswith("9."):
+    if release.align_prefill_checkpoint and mode == "align" and spec.state is not None:
+        if spec.state.kind == "gdn" and inputs.capability.startswith("9."):
             ckpt_align, ckpt_blocks = 64, 1  # FlashInfer GDN prefill exports checkpoints (kv §3.2)
         elif spec.state.kind == "mamba2":
             ckpt_blocks = 1
     return KvConfig(
-        max_model_len=x.max_model_len, mnbt=x.mnbt, block=block, kernel_min_block=block,
-        concurrent_batches=concurrent_batches(x.pp, x.runner), dcp=x.dcp, num_spec=x.num_spec, mamba_mode=mode,
+        max_model_len=inputs.max_model_len, mnbt=inputs.mnbt, block=block, kernel_min_block=block,
+        concurrent_batches=concurrent_batches(inputs.pp,
+                                              inputs.runner), dcp=inputs.dcp, num_spec=inputs.num_spec, mamba_mode=mode,
         mamba_chunk=spec.state.chunk_size if spec.state is not None else 256, mla=spec.mla is not None,
-        mla_hybrid_block_128=vr.mla_hybrid_block_128, ckpt_alignment=ckpt_align, ckpt_blocks=ckpt_blocks,
-        tokens_formula="concurrency" if vr.tokens_formula == "concurrency" else "blocks",
-        check_subtracts_null_block=vr.check_subtracts_null_block,
+        mla_hybrid_block_128=release.mla_hybrid_block_128, ckpt_alignment=ckpt_align, ckpt_blocks=ckpt_blocks,
+        tokens_formula="concurrency" if release.tokens_formula == "concurrency" else "blocks",
+        check_subtracts_null_block=release.check_subtracts_null_block,
     )

@@ -26,47 +26,47 @@ from forklift.recipe.deployment import Deployment, from_recipe, resolve
 from forklift.recipe.schema import Recipe
 
 
-def _kv_dtype_name(c: Core) -> str:
+def _kv_dtype_name(core_plan: Core) -> str:
     """The KV dtype vLLM stores, as its log names it (sparse MLA: the backend's fp8_ds_mla or bf16 layout)."""
-    st, spec = c.settings, c.ctx.spec
+    st, spec = core_plan.settings, core_plan.ctx.spec
     if spec.indexer is not None and st.platform == "cuda":
-        per = kvspecs.mla_bytes(spec, c.ctx.kv_inputs())
+        per = kvspecs.mla_bytes(spec, core_plan.ctx.kv_inputs())
         return {656: "fp8_ds_mla", 576: "fp8_e4m3"}.get(per, "bfloat16")
     if st.kv_dtype == "auto":
         return {2: "bfloat16", 4: "float32"}.get(st.dtype_bytes, "bfloat16")
     return st.kv_dtype
 
 
-def _roofline(c: Core) -> Roofline:
-    ctx, st = c.ctx, c.settings
+def _roofline(core_plan: Core) -> Roofline:
+    ctx, st = core_plan.ctx, core_plan.settings
     deployment, spec = ctx.deployment, ctx.spec
     net: NetworkProfile = get_network(deployment.recipe.network.profile)
     if len(deployment.nodes) == 1:
         net = get_network("nvlink" if st.platform == "cuda" else "loopback")
     stages = []
     for stage, (a, b) in enumerate(ctx.ranges):
-        rank = c.ranks[stage * st.tp]
+        rank = core_plan.ranks[stage * st.tp]
         last = stage == st.pp - 1
         stages.append(StageCost(
-            active_bytes=c.table.stage_active(a, b, last), expert_bytes=sum(c.table.expert_bytes[a:b]),
-            active_params=c.table.stage_params_active(a, b, last), kv_bytes_per_token=rank.kv_bytes_per_token,
+            active_bytes=core_plan.table.stage_active(a, b, last), expert_bytes=sum(core_plan.table.expert_bytes[a:b]),
+            active_params=core_plan.table.stage_params_active(a, b, last), kv_bytes_per_token=rank.kv_bytes_per_token,
             layers=b - a, hardware=ctx.profile_of(stage * st.tp)))
     fmt = ("fp8" if spec.quant.linear_format.startswith("fp8") or deployment.recipe.serve.quantization == "fp8"
            else "bf16")
     return compute(spec, stages, tp=st.tp, tp_over_network=ctx.place.per_node < st.tp, pp=st.pp, network=net,
-                   concurrency=max(1, min(st.seqs, int(c.max_conc))), context=min(st.max_model_len, 4096),
+                   concurrency=max(1, min(st.seqs, int(core_plan.max_conc))), context=min(st.max_model_len, 4096),
                    compute_format=fmt)
 
 
-def kv_budget(c: Core) -> int | None:
+def kv_budget(core_plan: Core) -> int | None:
     """--kv-cache-memory-bytes: the recipe's bytes, or with "plan" the smallest pool the plan predicts."""
-    budget = c.settings.kv_budget
-    if budget is None or c.settings.platform != "cuda":
+    budget = core_plan.settings.kv_budget
+    if budget is None or core_plan.settings.platform != "cuda":
         return None
-    if not c.ctx.vr.kv_cache_memory_bytes:
-        raise PlanError(f"vLLM {c.ctx.vr.version} has no --kv-cache-memory-bytes (first in 0.10.2)",
+    if not core_plan.ctx.vr.kv_cache_memory_bytes:
+        raise PlanError(f"vLLM {core_plan.ctx.vr.version} has no --kv-cache-memory-bytes (first in 0.10.2)",
                         fix="Remove serve.kv_cache_memory_bytes, or run a newer vLLM.")
-    return budget if isinstance(budget, int) else max(0, min(c.pools))
+    return budget if isinstance(budget, int) else max(0, min(core_plan.pools))
 
 
 def decisions(deployment: Deployment, applied: list[str] | None = None, kv_bytes: int | None = None) -> Decisions:
@@ -79,126 +79,132 @@ def decisions(deployment: Deployment, applied: list[str] | None = None, kv_bytes
 _KV_ERRORS = ("No available memory for the cache blocks", "To serve at least one request")
 
 
-def close_call(c: Core) -> tuple[str, float | None, float | None]:
+def close_call(core_plan: Core) -> tuple[str, float | None, float | None]:
     """(verdict, KV margin GiB, uncertainty GiB). The margin is the smallest rank's pool minus one max_model_len
     request; within the uncertainty band (plan/data/vllm.yaml close_call) the verdict is 'too close to call'.
     Errors that are not about the KV pool (a refused max_model_len, the free-memory check) stay 'does not fit'."""
-    margin = min(p - lay.needed_bytes() for p, lay in zip(c.pools, c.layouts, strict=True)) / GIB
-    if c.error is not None and not c.error.startswith(_KV_ERRORS):
+    margin = min(p - lay.needed_bytes() for p, lay in zip(core_plan.pools, core_plan.layouts, strict=True)) / GIB
+    if core_plan.error is not None and not core_plan.error.startswith(_KV_ERRORS):
         return "does not fit", round(margin, 3), None
-    if c.settings.platform != "cuda" or isinstance(c.settings.kv_budget, int):
-        return ("fits" if c.fits else "does not fit"), round(margin, 3), 0.0
+    if core_plan.settings.platform != "cuda" or isinstance(core_plan.settings.kv_budget, int):
+        return ("fits" if core_plan.fits else "does not fit"), round(margin, 3), 0.0
     band = rules.data()["close_call"]
-    pool = min(c.pools) / GIB
-    if "pool" in c.probe_used or "terms" in c.probe_used:
+    pool = min(core_plan.pools) / GIB
+    if "pool" in core_plan.probe_used or "terms" in core_plan.probe_used:
         unc = max(float(band["probed_floor_gib"]), float(band["probed_pool_frac"]) * max(pool, 0.0))
-    elif c.verdict_reason:  # unified memory, unprobed: the GB10 terms' own spread decides (plan/gb10.py)
-        return c.verdict, round(margin, 3), c.band_gib
+    elif core_plan.verdict_reason:  # unified memory, unprobed: the GB10 terms' own spread decides (plan/gb10.py)
+        return core_plan.verdict, round(margin, 3), core_plan.band_gib
     else:
-        r = min(c.ranks, key=lambda x: x.kv_pool_gib)
+        r = min(core_plan.ranks, key=lambda x: x.kv_pool_gib)
         unc = float(band["floor_gib"]) + float(band["terms_frac"]) * (
             r.weights_gib + r.activation_gib + r.non_torch_gib + r.cudagraph_gib)
     if abs(margin) <= unc:
         return "too close to call", round(margin, 3), round(unc, 3)
-    return ("fits" if c.fits else "does not fit"), round(margin, 3), round(unc, 3)
+    return ("fits" if core_plan.fits else "does not fit"), round(margin, 3), round(unc, 3)
 
 
-def probe_use(c: Core) -> ProbeUse | None:
+def probe_use(core_plan: Core) -> ProbeUse | None:
     """The probe the plan used (or the closest one it could not use), for the JSON and the notes."""
-    if c.probe is None:
+    if core_plan.probe is None:
         return None
-    p = c.probe.probe
+    p = core_plan.probe.probe
     measured: dict[str, float | int | None] = {
         "kv_tokens": p.kv_tokens, "kv_pool_gib": round(p.kv_pool_bytes / GIB, 3) if p.kv_pool_bytes else None,
         "kv_bytes_per_token": round(p.kv_bytes_per_token, 1) if p.kv_bytes_per_token else None}
     for name in ("weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib", "cudagraph_estimate_gib"):
         vals = [getattr(r, name) for r in p.ranks if getattr(r, name) is not None]
         measured[name] = max(vals) if vals else None
-    alone = core(c.ctx, use_calibration=False)
+    alone = core(core_plan.ctx, use_calibration=False)
     return ProbeUse(key=p.key, path=str(p.path), measured_at=p.when, hosts=p.hosts, hardware=p.hardware,
-                    vllm_build=p.vllm_build, used=list(c.probe_used), differs=c.probe.differs, measured=measured,
+                    vllm_build=p.vllm_build, used=list(core_plan.probe_used), differs=core_plan.probe.differs,
+                    measured=measured,
                     estimated_kv_tokens=alone.kv_tokens)
 
 
-def _probe_notes(c: Core, use: ProbeUse | None, verdict: str, margin: float | None, unc: float | None) -> list[str]:
-    name = c.ctx.deployment.recipe.name or "RECIPE"
+def _probe_notes(core_plan: Core, use: ProbeUse | None, verdict: str, margin: float | None,
+                 unc: float | None) -> list[str]:
+    name = core_plan.ctx.deployment.recipe.name or "RECIPE"
     out: list[str] = []
     if use is not None:
         differs = f"; differs: {'; '.join(use.differs)}" if use.differs else "; same settings"
         if use.used:
             out.append(f"probe {use.key} ({use.measured_at}, {','.join(use.hosts)}, vLLM {use.vllm_build}) used for "
                        f"{', '.join(use.used)}: measured {use.measured['kv_tokens']:,} KV tokens; the plan says "
-                       f"{c.kv_tokens:,}; the estimator alone says {use.estimated_kv_tokens:,}{differs}")
+                       f"{core_plan.kv_tokens:,}; the estimator alone says {use.estimated_kv_tokens:,}{differs}")
         else:
             out.append(f"closest probe {use.key} ({use.measured_at}, vLLM {use.vllm_build}) not used: a setting that "
                        f"changes memory differs{differs}; `forklift probe {name}` measures these settings")
-    if verdict == "too close to call" and margin is not None and unc is not None and not c.verdict_reason:
+    if verdict == "too close to call" and margin is not None and unc is not None and not core_plan.verdict_reason:
         out.append(f"too close to call: the smallest KV headroom is {margin:+.2f} GiB, within the plan's uncertainty "
                    f"of +/-{unc:.2f} GiB; `forklift probe {name}` settles it (starts vLLM on the nodes with dummy "
                    "weights, stops once the KV cache is sized) and the next plan uses what it measured")
     return out
 
 
-def _plan(c: Core, applied: list[str]) -> Plan:
-    ctx, st = c.ctx, c.settings
+def _plan(core_plan: Core, applied: list[str]) -> Plan:
+    ctx, st = core_plan.ctx, core_plan.settings
     deployment, spec, src = ctx.deployment, ctx.spec, ctx.src
-    suggested = balanced_partition(c)
-    stage_w = [r.weights_gib * GIB for r in c.ranks[:: st.tp]]
-    roof = _roofline(c)
-    all_notes = notes(c, suggested, stage_w)
+    suggested = balanced_partition(core_plan)
+    stage_w = [r.weights_gib * GIB for r in core_plan.ranks[:: st.tp]]
+    roof = _roofline(core_plan)
+    all_notes = notes(core_plan, suggested, stage_w)
     all_notes.append(f"decode roofline {roof.decode_tok_s_single:.1f} tok/s (single stream, {roof.decode_context}-"
                      f"token context); measured engines typically reach ~{rules.estimate()['decode_efficiency']:.0%} "
                      "of it")
-    all_notes += speculative_roofline_notes(c, roof.decode_tok_s_single)  # [speculative]
+    all_notes += speculative_roofline_notes(core_plan, roof.decode_tok_s_single)  # [speculative]
     all_notes += claim_notes(deployment.recipe, spec, st.partition, stage_w, roof.decode_tok_s_single,
                              roof.critical_path_gb, ctx.profiles[0].bandwidth_gbs)
     node_ranges = [[ctx.ranges[s] for s in ctx.place.stages_of(n)] for n in range(len(deployment.nodes))]
     files, file_notes = model_files(src.checkpoint_dir, [n.host for n in deployment.nodes], node_ranges,
                                     origin=src.origin)
-    verdict, margin, unc = close_call(c)
-    use = probe_use(c)
-    all_notes += _probe_notes(c, use, verdict, margin, unc)
+    verdict, margin, unc = close_call(core_plan)
+    use = probe_use(core_plan)
+    all_notes += _probe_notes(core_plan, use, verdict, margin, unc)
     return Plan(
-        deployment=deployment, decisions=decisions(deployment, applied, kv_budget(c)),
+        deployment=deployment, decisions=decisions(deployment, applied, kv_budget(core_plan)),
         model=spec.name, architecture=spec.architecture, config_origin=src.origin, recipe=deployment.recipe.name,
-        vllm_version=ctx.vr.version if st.platform == "cuda" else "cpu", platform=st.platform, fits=c.fits,
-        error=c.error, kv_tokens=c.kv_tokens, num_blocks=c.num_blocks, block_size=c.layouts[0].block_size,
-        max_model_len=st.max_model_len, largest_max_model_len=c.largest_len, max_concurrency=round(c.max_conc, 2),
-        kv_cache_dtype=_kv_dtype_name(c), gpu_memory_utilization=st.util, runner=st.runner, dp=st.dp,
+        vllm_version=ctx.vr.version if st.platform == "cuda" else "cpu", platform=st.platform, fits=core_plan.fits,
+        error=core_plan.error, kv_tokens=core_plan.kv_tokens, num_blocks=core_plan.num_blocks,
+        block_size=core_plan.layouts[0].block_size,
+        max_model_len=st.max_model_len, largest_max_model_len=core_plan.largest_len,
+        max_concurrency=round(core_plan.max_conc, 2),
+        kv_cache_dtype=_kv_dtype_name(core_plan), gpu_memory_utilization=st.util, runner=st.runner, dp=st.dp,
         max_num_batched_tokens=st.mnbt, max_num_seqs=st.seqs, tp=st.tp, pp=st.pp, dcp=st.dcp,
         pp_partition=st.partition, suggested_pp_partition=suggested,
-        weights_total_gib=round(sum(r.weights_gib for r in c.ranks), 2), params_b=round(param_count(spec) / 1e9, 2),
-        calibrated=c.calibration is not None, ranks=c.ranks, roofline=roof, advice=advice(c), model_files=files,
+        weights_total_gib=round(sum(r.weights_gib for r in core_plan.ranks),
+                                2), params_b=round(param_count(spec) / 1e9, 2),
+        calibrated=core_plan.calibration is not None, ranks=core_plan.ranks, roofline=roof, advice=advice(core_plan),
+        model_files=files,
         notes=[*all_notes, *file_notes], verdict=verdict, kv_margin_gib=margin, uncertainty_gib=unc, probe=use,
     )
 
 
-def _to_apply(c: Core) -> list[str]:
+def _to_apply(core_plan: Core) -> list[str]:
     """The --set items ``--apply`` takes: the balanced PP split, and the first advice step that fits (never
     one that needs another node)."""
     sets: list[str] = []
-    suggested = balanced_partition(c)
+    suggested = balanced_partition(core_plan)
     if suggested:
         sets.append("parallel.pp_layer_partition=[" + ",".join(map(str, suggested)) + "]")
-    if not c.fits:
-        fitting = [a for a in advice(c) if a.fits and not any("+=" in s for s in a.set)]
+    if not core_plan.fits:
+        fitting = [a for a in advice(core_plan) if a.fits and not any("+=" in s for s in a.set)]
         if fitting:
             sets += fitting[0].set
-    pin = probe_pin(c)
+    pin = probe_pin(core_plan)
     if pin is not None and not sets:
         sets.append(pin)
     return sets
 
 
-def probe_pin(c: Core) -> str | None:
+def probe_pin(core_plan: Core) -> str | None:
     """``--apply`` with a probe whose pool holds for these settings: pin vLLM's KV budget to the smallest pool it
     measured (--kv-cache-memory-bytes; vLLM then skips its profiling), where this vLLM has the flag."""
-    st = c.settings
-    if "pool" not in c.probe_used or st.platform != "cuda" or st.kv_budget is not None:
+    st = core_plan.settings
+    if "pool" not in core_plan.probe_used or st.platform != "cuda" or st.kv_budget is not None:
         return None
-    if not c.ctx.vr.kv_cache_memory_bytes:
+    if not core_plan.ctx.vr.kv_cache_memory_bytes:
         return None
-    return f"serve.kv_cache_memory_bytes={max(0, min(c.pools))}"
+    return f"serve.kv_cache_memory_bytes={max(0, min(core_plan.pools))}"
 
 
 def deployment_of(target: Deployment | Recipe) -> Deployment:

@@ -133,14 +133,15 @@ def _unified_notes(core: Core) -> list[str]:
     return notes
 
 
-def _unified_terms_note(g: gb10.Gb10Terms) -> str:
+def _unified_terms_note(gb10_terms: gb10.Gb10Terms) -> str:
     """What the plan counts of the host memory a unified GPU's free-memory readings include."""
-    verified = "" if g.verified else f" (fitted on newer releases than {g.version}: unverified here)"
+    verified = "" if gb10_terms.verified else f" (fitted on newer releases than {gb10_terms.version}: unverified here)"
     return ("unified memory: vLLM reads free memory there from MemAvailable (profile) and cudaMemGetInfo (CUDA-graph "
             "estimate), so host memory counts against the KV pool; the plan counts the input batch's CPU token "
             "table, FlashInfer's pinned decode buffers, the host memory per captured graph and per profile run "
-            f"(H200 process RSS), and {g.cudagraph_excess_gib:.2f} GiB per rank more in the CUDA-graph estimate "
-            f"(public GB10 logs{verified}); boot-to-boot spread ±{g.pool_band_gib:.2f} GiB")
+            f"(H200 process RSS), and {gb10_terms.cudagraph_excess_gib:.2f} GiB per rank more in the CUDA-graph "
+            "estimate "
+            f"(public GB10 logs{verified}); boot-to-boot spread ±{gb10_terms.pool_band_gib:.2f} GiB")
 
 
 def _kv_notes(core: Core) -> list[str]:

@@ -70,8 +70,8 @@ def capability_int(capability: str) -> int | None:
     return int(major) * 10 + int(minor or 0)
 
 
-def _capable(k: Kernel, cap: int) -> bool:
-    c = k.capability
+def _capable(kernel: Kernel, cap: int) -> bool:
+    c = kernel.capability
     if "exact" in c and cap != int(c["exact"]):
         return False
     if "min" in c and cap < int(c["min"]):
@@ -88,9 +88,9 @@ def group_of(scheme: QuantScheme, kernel: Kernel) -> int:
     return scheme.group or -1
 
 
-def _takes(k: Kernel, scheme: QuantScheme, shape: Shape) -> bool:
+def _takes(kernel: Kernel, scheme: QuantScheme, shape: Shape) -> bool:
     """The kernel's can_implement for this layer (quant_layouts.yaml ``when``)."""
-    w = k.when
+    w = kernel.when
     group = scheme.group or -1
     if "methods" in w and scheme.method not in w["methods"]:
         return False
@@ -180,8 +180,8 @@ class LayerShapes:
             if proj in _QKV and key in fused_heads and (own := self._own(t)) is not None:
                 self._fused[key] = self._fused.get(key, 0) + own[1]
 
-    def _in_features(self, t: Tensor) -> int:
-        s, proj = self.spec, t.module.rpartition(".")[2]
+    def _in_features(self, tensor: Tensor) -> int:
+        s, proj = self.spec, tensor.module.rpartition(".")[2]
         if proj == "q_b_proj" and s.mla is not None and s.mla.q_lora_rank:
             return s.mla.q_lora_rank
         if proj == "kv_b_proj" and s.mla is not None:
@@ -190,30 +190,30 @@ class LayerShapes:
             return s.state.head_dim
         return s.hidden_size
 
-    def _own(self, t: Tensor) -> tuple[int, int, int] | None:
+    def _own(self, tensor: Tensor) -> tuple[int, int, int] | None:
         """(K on the rank, N on the rank, full K), or None when the tensor is not a plain 2-D split linear."""
         h = self.spec.hidden_size
-        if t.split == "row":
-            if t.numel % h or (t.numel // h) % self.tp:
+        if tensor.split == "row":
+            if tensor.numel % h or (tensor.numel // h) % self.tp:
                 return None
-            k_full = t.numel // h
+            k_full = tensor.numel // h
             return k_full // self.tp, h, k_full
-        k = self._in_features(t)
-        if t.numel % k:
+        k = self._in_features(tensor)
+        if tensor.numel % k:
             return None
-        n_full = t.numel // k
-        ways = {"col": self.tp, "kv": min(self.tp, self.spec.num_kv_heads), "replicated": 1}.get(t.split)
+        n_full = tensor.numel // k
+        ways = {"col": self.tp, "kv": min(self.tp, self.spec.num_kv_heads), "replicated": 1}.get(tensor.split)
         if ways is None or n_full % ways:
             return None
         return k, n_full // ways, k
 
-    def shape(self, t: Tensor) -> Shape | None:
-        own = self._own(t)
+    def shape(self, tensor: Tensor) -> Shape | None:
+        own = self._own(tensor)
         if own is None:
             return None
         k, n, k_full = own
-        head, _, proj = t.module.rpartition(".")
-        fused = self._fused.get((t.layer, head), n) if proj in _QKV else n
+        head, _, proj = tensor.module.rpartition(".")
+        fused = self._fused.get((tensor.layer, head), n) if proj in _QKV else n
         return Shape(k=k, n=n, k_full=k_full, n_fused=fused)
 
 
@@ -243,10 +243,10 @@ class StoredLayout:
         self._memo: dict[Shape, Kernel | None] = {}
         self._bytes: dict[Shape, float] = {}
 
-    def kernel_for(self, t: Tensor) -> tuple[Kernel, Shape] | None:
-        if self.cap is None or t.role == "experts" or not kernels(self.scheme.layout):
+    def kernel_for(self, tensor: Tensor) -> tuple[Kernel, Shape] | None:
+        if self.cap is None or tensor.role == "experts" or not kernels(self.scheme.layout):
             return None
-        shape = self.shapes.shape(t)
+        shape = self.shapes.shape(tensor)
         if shape is None:
             return None
         if shape not in self._memo:
@@ -254,11 +254,11 @@ class StoredLayout:
         kernel = self._memo[shape]
         return None if kernel is None else (kernel, shape)
 
-    def tensor_bytes(self, t: Tensor) -> float | None:
+    def tensor_bytes(self, tensor: Tensor) -> float | None:
         """Stored bytes of a quantized tensor on this rank, or None to keep numel x the checkpoint bytes."""
         if self.trivial:
             return None
-        found = self.kernel_for(t)
+        found = self.kernel_for(tensor)
         if found is None:
             return None
         kernel, shape = found

@@ -115,14 +115,14 @@ def estimate() -> dict[str, Any]:
     return est
 
 
-def batch_defaults(vr: VersionRules, kind: str, memory_gib: float, name: str, capability: str,
+def batch_defaults(release: VersionRules, kind: str, memory_gib: float, name: str, capability: str,
                    workers: int = 1) -> tuple[int, int]:
     """vLLM's default (max_num_batched_tokens, max_num_seqs) for ``vllm serve`` on this hardware."""
     tiers = data()["batch_tiers"]
     if kind == "cpu":
         cpu = tiers["cpu"]
         return int(cpu["mnbt_per_worker"]) * workers, int(cpu["seqs_per_worker"]) * workers
-    for tier in tiers[vr.batch_tiers]:
+    for tier in tiers[release.batch_tiers]:
         if memory_gib < float(tier.get("min_memory_gib", 0)):
             continue
         if tier.get("not_name") and tier["not_name"] in name.lower():

@@ -43,24 +43,24 @@ class Batch:
     layers: int = 0  # decoder layers on this stage (host memory per captured graph grows with them)
 
 
-def _attention(s: ModelSpec, b: Batch) -> float:
+def _attention(spec: ModelSpec, batch: Batch) -> float:
     """Residual, qkv, rotated q and the attention output buffer alive together (gqa); MLA adds the profile-only
     kv_b_proj output buffer of W tokens (mla_attention.py MLAAttention.forward, attn_metadata None)."""
-    n, h, e = b.mnbt, s.hidden_size, b.dtype_bytes
-    if s.mla is not None:
-        m = s.mla
-        heads = s.num_heads / b.tp
+    n, h, e = batch.mnbt, spec.hidden_size, batch.dtype_bytes
+    if spec.mla is not None:
+        m = spec.mla
+        heads = spec.num_heads / batch.tp
         q_out = heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
-        w = max(min(max(8 * b.max_model_len, 4 * b.seqs * b.block), 65536), b.seqs * b.block)
+        w = max(min(max(8 * batch.max_model_len, 4 * batch.seqs * batch.block), 65536), batch.seqs * batch.block)
         return n * (h + q_out) * e + w * heads * (m.qk_nope_head_dim + m.v_head_dim) * e
-    q = s.num_heads / b.tp * s.head_dim * (2 if s.gated_q else 1)
-    kv = max(1.0, s.num_kv_heads / b.tp) * s.head_dim
+    q = spec.num_heads / batch.tp * spec.head_dim * (2 if spec.gated_q else 1)
+    kv = max(1.0, spec.num_kv_heads / batch.tp) * spec.head_dim
     return n * (h + (q + 2 * kv) + 2 * q) * e
 
 
-def _state_mixer(s: ModelSpec, b: Batch) -> float:
+def _state_mixer(spec: ModelSpec, batch: Batch) -> float:
     """Linear-attention / SSM layer: residual, the input projection's output and one copy of the mixed states."""
-    st = s.state
+    st = spec.state
     assert st is not None
     if st.kind == "gdn":
         proj = 2 * st.key_heads * st.key_dim + 2 * st.heads * st.head_dim + 2 * st.heads
@@ -68,19 +68,19 @@ def _state_mixer(s: ModelSpec, b: Batch) -> float:
         proj = 2 * st.heads * st.head_dim + 2 * st.groups * st.state_size + st.heads
     else:
         proj = 5 * st.heads * st.head_dim
-    return b.mnbt * (s.hidden_size + 2 * proj / b.tp) * b.dtype_bytes
+    return batch.mnbt * (spec.hidden_size + 2 * proj / batch.tp) * batch.dtype_bytes
 
 
-def _dense_mlp(s: ModelSpec, b: Batch) -> float:
-    gated = s.moe.gated if s.moe is not None else s.family != "nemotron_h"
-    return b.mnbt * (s.hidden_size + (3 if gated else 2) * s.intermediate_size / b.tp) * b.dtype_bytes
+def _dense_mlp(spec: ModelSpec, batch: Batch) -> float:
+    gated = spec.moe.gated if spec.moe is not None else spec.family != "nemotron_h"
+    return batch.mnbt * (spec.hidden_size + (3 if gated else 2) * spec.intermediate_size / batch.tp) * batch.dtype_bytes
 
 
-def attention_backend(s: ModelSpec, capability: str, kv_dtype: str) -> str:
+def attention_backend(spec: ModelSpec, capability: str, kv_dtype: str) -> str:
     """The decoder attention backend vLLM 0.26 picks (platforms/cuda.py _get_backend_priorities): SM10x FLASHINFER
     first; elsewhere FLASH_ATTN, whose FA2 build (every GPU but Hopper, which runs FA3) stores no fp8 KV
     (flash_attn.py supports_kv_cache_dtype: FA3 or FA4 only), so fp8 KV falls to FLASHINFER (SM 8.0-12.1)."""
-    if s.mla is not None:
+    if spec.mla is not None:
         return "mla"
     major = capability.split(".")[0]
     if major == "9":
@@ -90,74 +90,75 @@ def attention_backend(s: ModelSpec, capability: str, kv_dtype: str) -> str:
     return "fa2"
 
 
-def flashinfer_workspace(s: ModelSpec, b: Batch) -> float:
+def flashinfer_workspace(spec: ModelSpec, batch: Batch) -> float:
     """FlashInferMetadataBuilder._get_workspace_buffer @0.26.0: max(VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE 394 MiB,
     max_num_batched_tokens x query heads per rank x head_dim x 16 B), allocated at the first metadata build."""
-    heads = -(-s.num_heads // b.tp)
-    return float(max(394 * MIB, b.mnbt * heads * s.head_dim * 16))
+    heads = -(-spec.num_heads // batch.tp)
+    return float(max(394 * MIB, batch.mnbt * heads * spec.head_dim * 16))
 
 
-def flashinfer_moe_workspace(s: ModelSpec, b: Batch) -> float:
+def flashinfer_moe_workspace(spec: ModelSpec, batch: Batch) -> float:
     """FlashInfer's CUTLASS fused MoE for NVFP4 activations (flashinfer 0.6.14 csrc/fused_moe/cutlass_backend/
     cutlass_fused_moe_kernels.cuh getWorkspaceDeviceBufferSizes; allocated per call, freed after): with R = M x topk
     rows, the overlapped GEMM inputs max(R h / 2, R h x 2 B) and outputs max(R x 2 I_l x 2 B, R h x 2 B), the
     activation scale factors (one fp8 per 16 elements) and the blocked row map E x M x 4 B."""
-    assert s.moe is not None
-    m, h = s.moe, s.hidden_size
-    rows = b.tokens_to_experts * m.top_k
-    inter = m.intermediate / b.expert_tp
+    assert spec.moe is not None
+    m, h = spec.moe, spec.hidden_size
+    rows = batch.tokens_to_experts * m.top_k
+    inter = m.intermediate / batch.expert_tp
     glu = (2 if m.gated else 1) * inter * 2
-    return rows * 2 * h + rows * max(glu, 2 * h) + rows * max(h, inter) / 16 + m.n_routed * b.tokens_to_experts * 4
+    return rows * 2 * h + rows * max(glu, 2 * h) + rows * max(h, inter) / 16 + m.n_routed * batch.tokens_to_experts * 4
 
 
-def moe_workspace(s: ModelSpec, b: Batch) -> float:
+def moe_workspace(spec: ModelSpec, batch: Batch) -> float:
     """The WorkspaceManager's MoE buffer, kept once grown (v1/worker/workspace.py). TritonExperts.workspace_shapes:
     workspace13 (M, topk, max(I_l, h)) + workspace2 (M, topk, max(2 I_l, h)); FlashInferExperts (NVFP4): the
     (M, h) bf16 output only (its GEMM workspace is FlashInfer's own, per call); 0 for the monolithic MXFP4 kernels."""
-    if s.moe is None or b.moe_backend == "monolithic":
+    if spec.moe is None or batch.moe_backend == "monolithic":
         return 0.0
-    m, h = s.moe, s.hidden_size
-    if b.moe_backend == "flashinfer_cutlass":
-        return b.tokens_to_experts * h * b.dtype_bytes
-    inter = m.intermediate / b.expert_tp
+    m, h = spec.moe, spec.hidden_size
+    if batch.moe_backend == "flashinfer_cutlass":
+        return batch.tokens_to_experts * h * batch.dtype_bytes
+    inter = m.intermediate / batch.expert_tp
     up = (2 if m.gated else 1) * inter
-    return b.tokens_to_experts * m.top_k * (max(inter, h) + max(up, h)) * b.dtype_bytes
+    return batch.tokens_to_experts * m.top_k * (max(inter, h) + max(up, h)) * batch.dtype_bytes
 
 
-def _moe(s: ModelSpec, b: Batch) -> float:
+def _moe(spec: ModelSpec, batch: Batch) -> float:
     """Besides the workspace: residual, layer input, fused and shared outputs (4 N h), the shared-expert MLP, the
     router's fp32 copy of the input (DeepSeek/GLM-style gates), for monolithic MXFP4 kernels their gate/up output
     (M x topk x 2 I_l), and for FlashInfer's NVFP4 MoE its per-call workspace plus the quantized input (h/2 + h/16 B
     per token)."""
-    assert s.moe is not None
-    n, h, e = b.mnbt, s.hidden_size, b.dtype_bytes
-    shared = 3 * n * s.moe.shared_intermediate / b.tp * e
-    router = n * h * 4 if s.moe.router_bias else 0.0
+    assert spec.moe is not None
+    n, h, e = batch.mnbt, spec.hidden_size, batch.dtype_bytes
+    shared = 3 * n * spec.moe.shared_intermediate / batch.tp * e
+    router = n * h * 4 if spec.moe.router_bias else 0.0
     own = 0.0
-    if b.moe_backend == "monolithic":
-        own = b.tokens_to_experts * s.moe.top_k * 2 * s.moe.intermediate / b.expert_tp * e
-    elif b.moe_backend == "flashinfer_cutlass":
-        own = flashinfer_moe_workspace(s, b) + b.tokens_to_experts * h * (0.5 + 1 / 16)
+    if batch.moe_backend == "monolithic":
+        own = batch.tokens_to_experts * spec.moe.top_k * 2 * spec.moe.intermediate / batch.expert_tp * e
+    elif batch.moe_backend == "flashinfer_cutlass":
+        own = flashinfer_moe_workspace(spec, batch) + batch.tokens_to_experts * h * (0.5 + 1 / 16)
     return 4 * n * h * e + shared + router + own
 
 
-def layer_peak(s: ModelSpec, layer: LayerSpec, b: Batch) -> float:
+def layer_peak(spec: ModelSpec, layer: LayerSpec, batch: Batch) -> float:
     """A layer's transient peak, besides the persistent workspace buffer."""
-    mixer = _attention(s, b) if layer.has_kv else _state_mixer(s, b) if layer.has_state else 0.0
-    mlp = _moe(s, b) if layer.mlp == "moe" and s.moe is not None else _dense_mlp(s, b) if layer.mlp != "none" else 0.0
+    mixer = _attention(spec, batch) if layer.has_kv else _state_mixer(spec, batch) if layer.has_state else 0.0
+    mlp = (_moe(spec, batch) if layer.mlp == "moe" and spec.moe is not None
+           else _dense_mlp(spec, batch) if layer.mlp != "none" else 0.0)
     return max(mixer, mlp)
 
 
-def persistent_workspace(s: ModelSpec, start: int, end: int, b: Batch) -> float:
+def persistent_workspace(spec: ModelSpec, start: int, end: int, batch: Batch) -> float:
     """The WorkspaceManager's buffer once the profile has run the stage: the largest request among its users
     (MoE workspace, the DSA indexer's prefill buffer T x (head_dim + 4) + 1 MiB with T = 40 x max_model_len)."""
-    layers = s.layers[start:end]
-    moe = moe_workspace(s, b) if any(layer.mlp == "moe" for layer in layers) else 0.0
-    indexer = 40 * b.max_model_len * (s.indexer.head_dim + 4) + MIB if s.indexer is not None else 0.0
+    layers = spec.layers[start:end]
+    moe = moe_workspace(spec, batch) if any(layer.mlp == "moe" for layer in layers) else 0.0
+    indexer = 40 * batch.max_model_len * (spec.indexer.head_dim + 4) + MIB if spec.indexer is not None else 0.0
     return max(moe, indexer)
 
 
-def sampler_peak(s: ModelSpec, b: Batch, bytes_per_logit: float) -> float:
+def sampler_peak(spec: ModelSpec, batch: Batch, bytes_per_logit: float) -> float:
     """The dummy sampler on the last stage: min(max_num_seqs, N) rows of the full vocabulary, hidden states alive.
 
     With speculation (any method) gpu_model_runner.py _dummy_sampler_run @0.26.0 then runs the rejection sampler on
@@ -165,11 +166,11 @@ def sampler_peak(s: ModelSpec, b: Batch, bytes_per_logit: float) -> float:
     rejection_sampler.py RejectionSampler.forward upcasts the R target rows to fp32 (4 B) and clones them (4 B)
     before apply_sampling_constraints runs top-k / top-p on the clone (the plain sampler's bytes per logit less its
     own model-dtype input). draft_probs stay None under the default draft_sample_method 'greedy'."""
-    rows = min(b.seqs, b.mnbt)
+    rows = min(batch.seqs, batch.mnbt)
     per_logit = bytes_per_logit
-    if b.num_spec:
-        per_logit = max(per_logit, 2 * b.dtype_bytes + 4 + 4 + bytes_per_logit - b.dtype_bytes)
-    return per_logit * rows * s.vocab_size + b.mnbt * s.hidden_size * b.dtype_bytes
+    if batch.num_spec:
+        per_logit = max(per_logit, 2 * batch.dtype_bytes + 4 + 4 + bytes_per_logit - batch.dtype_bytes)
+    return per_logit * rows * spec.vocab_size + batch.mnbt * spec.hidden_size * batch.dtype_bytes
 
 
 @dataclass(frozen=True)
@@ -180,13 +181,13 @@ class Activation:
     c0: float
 
 
-def activation(s: ModelSpec, start: int, end: int, last: bool, b: Batch, vr: rules.VersionRules,
+def activation(spec: ModelSpec, start: int, end: int, last: bool, batch: Batch, release: rules.VersionRules,
                runner: str) -> Activation:
     """Torch peak increase of the profile run on one worker: C0 + the persistent workspace + max(the largest layer
     transient, the dummy sampler on the last stage)."""
-    ws = persistent_workspace(s, start, end, b)
-    forward = max((layer_peak(s, layer, b) for layer in s.layers[start:end]), default=0.0)
-    sampler = sampler_peak(s, b, float(vr.sampler_bytes_per_logit[runner])) if last else 0.0
+    ws = persistent_workspace(spec, start, end, batch)
+    forward = max((layer_peak(spec, layer, batch) for layer in spec.layers[start:end]), default=0.0)
+    sampler = sampler_peak(spec, batch, float(release.sampler_bytes_per_logit[runner])) if last else 0.0
     c0 = float(rules.measured()["activation_c0_gib"]) * GIB
     return Activation(c0 + ws + max(forward, sampler), ws + forward, ws + sampler, c0)
 
@@ -194,9 +195,9 @@ def activation(s: ModelSpec, start: int, end: int, last: bool, b: Batch, vr: rul
 # --------------------------------------------------------------------------------------------- CUDA graphs
 
 
-def capture_sizes(vr: rules.VersionRules, seqs: int, mnbt: int, capability: str, num_spec: int = 0) -> list[int]:
+def capture_sizes(release: rules.VersionRules, seqs: int, mnbt: int, capability: str, num_spec: int = 0) -> list[int]:
     """config/vllm.py _set_cudagraph_sizes: 1, 2, 4, then every 8 up to 256, every 16 after, up to the cap."""
-    cap_cfg = vr.capture
+    cap_cfg = release.capture
     q = 1 + num_spec
     default = int(cap_cfg["default_max_sm100"] if capability.startswith("10.") else cap_cfg["default_max"])
     cap = min(seqs * q * 2, default, mnbt)
@@ -208,62 +209,62 @@ def capture_sizes(vr: rules.VersionRules, seqs: int, mnbt: int, capability: str,
     return sorted(sizes)
 
 
-def graph_counts(vr: rules.VersionRules, b: Batch) -> tuple[int, int]:
+def graph_counts(release: rules.VersionRules, batch: Batch) -> tuple[int, int]:
     """(PIECEWISE, FULL) graphs under the default FULL_AND_PIECEWISE mode: FULL for decode sizes <= seqs x q."""
-    sizes = capture_sizes(vr, b.seqs, b.mnbt, b.capability, b.num_spec)
-    q = 1 + b.num_spec
-    return len(sizes), len([x for x in sizes if q <= x <= b.seqs * q])
+    sizes = capture_sizes(release, batch.seqs, batch.mnbt, batch.capability, batch.num_spec)
+    q = 1 + batch.num_spec
+    return len(sizes), len([x for x in sizes if q <= x <= batch.seqs * q])
 
 
-def _full_first(s: ModelSpec, b: Batch, size: int) -> float:
+def _full_first(spec: ModelSpec, batch: Batch, size: int) -> float:
     """What the first (largest) FULL capture allocates besides the piecewise warm-up's cached blocks: FA3's split-KV
     buffers, or FlashInfer's workspace and the first decode wrapper's 8 MiB int workspace (pinned 8 MiB more on the
     host, which an integrated GPU's free memory counts: flashinfer decode.py BatchDecodeWithPagedKVCacheWrapper)."""
-    if b.attention == "flashinfer":
-        return flashinfer_workspace(s, b) + _flashinfer_wrapper(b)
-    return _split_buffers(s, b, size)
+    if batch.attention == "flashinfer":
+        return flashinfer_workspace(spec, batch) + _flashinfer_wrapper(batch)
+    return _split_buffers(spec, batch, size)
 
 
-def _flashinfer_wrapper(b: Batch) -> float:
+def _flashinfer_wrapper(batch: Batch) -> float:
     """Each FULL decode size gets its own FlashInfer decode wrapper (flashinfer.py _get_decode_wrapper):
     8 MiB int workspace on the device, 8 MiB pinned on the host."""
-    return float((16 if b.unified else 8) * MIB)
+    return float((16 if batch.unified else 8) * MIB)
 
 
-def _split_buffers(s: ModelSpec, b: Batch, size: int) -> float:
+def _split_buffers(spec: ModelSpec, batch: Batch, size: int) -> float:
     """FULL decode graphs on FlashAttention 3 (Hopper): the split-KV accumulators [num_splits, heads, tokens,
     head_size] fp32 plus the log-sum-exp, allocated on the first (largest) capture (v1/attention/backends/
     flash_attn.py: max_num_splits = flash_attn_max_num_splits_for_cuda_graph, 32). Sparse MLA: measured."""
     m = rules.measured()
-    heads = s.num_heads / b.tp
-    if not b.capability.startswith("9.") or b.attention == "flashinfer" or s.family == "gpt_oss":
+    heads = spec.num_heads / batch.tp
+    if not batch.capability.startswith("9.") or batch.attention == "flashinfer" or spec.family == "gpt_oss":
         return 0.0  # FA3 only; gpt-oss (sinks): none seen (p07)
-    if s.indexer is not None:
-        topk = s.indexer.topk
+    if spec.indexer is not None:
+        topk = spec.indexer.topk
         return float(m["cudagraph_sparse_mla_bytes_per_token_head_topk"]) * size * heads * topk
-    head = s.mla.kv_lora_rank if s.mla is not None else s.head_dim
+    head = spec.mla.kv_lora_rank if spec.mla is not None else spec.head_dim
     splits = int(m["fa3_max_num_splits"])
     return splits * heads * size * (head + 1) * 4
 
 
-def cudagraph_estimate(s: ModelSpec, vr: rules.VersionRules, b: Batch) -> tuple[float, tuple[int, int]]:
+def cudagraph_estimate(spec: ModelSpec, release: rules.VersionRules, batch: Batch) -> tuple[float, tuple[int, int]]:
     """The V1 estimator (gpu_model_runner.py profile_cudagraph_memory): per mode, the first (largest) capture plus
     max(second capture, 1 MiB) for each further graph; the largest first capture counts once. The second capture
     grows with the layers its graphs hold (measured per layer); on unified memory it also holds their host memory."""
-    pw, full = graph_counts(vr, b)
+    pw, full = graph_counts(release, batch)
     if not pw:
         return 0.0, (0, 0)
     m = rules.measured()
-    sizes = capture_sizes(vr, b.seqs, b.mnbt, b.capability, b.num_spec)
+    sizes = capture_sizes(release, batch.seqs, batch.mnbt, batch.capability, batch.num_spec)
     pw_first = (float(m["cudagraph_pw_first_mib"]) + float(m["cudagraph_pw_first_mib_per_token"]) * max(sizes)) * MIB
-    q = 1 + b.num_spec
-    full_sizes = [x for x in sizes if q <= x <= b.seqs * q]
-    full_first = _full_first(s, b, max(full_sizes)) if full_sizes else 0.0
+    q = 1 + batch.num_spec
+    full_sizes = [x for x in sizes if q <= x <= batch.seqs * q]
+    full_first = _full_first(spec, batch, max(full_sizes)) if full_sizes else 0.0
     floor = float(m["cudagraph_mib_per_graph"]) * MIB
-    per_graph = max(floor, float(m.get("cudagraph_pw_mib_per_layer", 0.0)) * b.layers * MIB)
-    full_graph = float(m.get("cudagraph_full_mib_per_layer", 0.0)) * b.layers * MIB
-    full_per_graph = max(floor, full_graph + (_flashinfer_wrapper(b) if b.attention == "flashinfer" else 0.0))
-    host = graph_host(b)  # an integrated GPU's cudaMemGetInfo deltas include the graphs' host memory
+    per_graph = max(floor, float(m.get("cudagraph_pw_mib_per_layer", 0.0)) * batch.layers * MIB)
+    full_graph = float(m.get("cudagraph_full_mib_per_layer", 0.0)) * batch.layers * MIB
+    full_per_graph = max(floor, full_graph + (_flashinfer_wrapper(batch) if batch.attention == "flashinfer" else 0.0))
+    host = graph_host(batch)  # an integrated GPU's cudaMemGetInfo deltas include the graphs' host memory
     first = max(pw_first, full_first) + host
     return first + (per_graph + host) * max(pw - 1, 0) + (full_per_graph + host) * max(full - 1, 0), (pw, full)
 
@@ -277,22 +278,22 @@ def _uma(key: str, layers: int) -> float:
     return (float(entry["base"]) + float(entry["per_layer"]) * layers) * MIB
 
 
-def graph_host(b: Batch) -> float:
+def graph_host(batch: Batch) -> float:
     """Host memory of one captured graph set (one size: the PIECEWISE pieces or the FULL graph), measured as the
     process tree's RSS growth over the real capture on the H200 divided by the graphs; counted on unified memory
     only, where vLLM's estimator reads cudaMemGetInfo (gpu_model_runner.py profile_cudagraph_memory)."""
-    return _uma("graph_mib", b.layers) if b.unified else 0.0
+    return _uma("graph_mib", batch.layers) if batch.unified else 0.0
 
 
-def profile_host(s: ModelSpec, b: Batch) -> float:
+def profile_host(spec: ModelSpec, batch: Batch) -> float:
     """Host memory the vLLM processes add between the worker's init snapshot and the after-profile snapshot,
     which a unified GPU's MemAvailable reading turns into non-torch memory (utils/mem_utils.py
     MemorySnapshot.measure: psutil available on integrated GPUs): the input batch's CPU token table (max_num_seqs x
     max_model_len int32 + bool, gpu_input_batch.py InputBatch, built after the snapshot), plus what the H200 runs
     measured (torch.compile, the profiling graphs; per decoder layer)."""
-    if not b.unified:
+    if not batch.unified:
         return 0.0
-    return b.seqs * b.max_model_len * 5 + _uma("profile_mib", b.layers)
+    return batch.seqs * batch.max_model_len * 5 + _uma("profile_mib", batch.layers)
 
 
 def non_torch(tp: int, pp: int, nnodes: int) -> float:

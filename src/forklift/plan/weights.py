@@ -25,12 +25,12 @@ def cdiv(a: int, b: int) -> int:
 # --------------------------------------------------------------------------------------------- weights
 
 
-def _divisor(t: Tensor, tp: int, spec: ModelSpec) -> float:
-    if t.split in ("col", "row"):
+def _divisor(tensor: Tensor, tp: int, spec: ModelSpec) -> float:
+    if tensor.split in ("col", "row"):
         return float(tp)
-    if t.split == "kv":
+    if tensor.split == "kv":
         return float(min(tp, spec.num_kv_heads))
-    if t.split == "vocab":
+    if tensor.split == "vocab":
         return tp * spec.vocab_size / (cdiv(spec.vocab_size, _VOCAB_PAD * tp) * _VOCAB_PAD * tp)
     return 1.0
 
@@ -81,7 +81,7 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def _mxfp4_experts(spec: ModelSpec, t: Tensor, share: ExpertShare, nbytes_per: float) -> float:
+def _mxfp4_experts(spec: ModelSpec, tensor: Tensor, share: ExpertShare, nbytes_per: float) -> float:
     """gpt-oss MXFP4 experts as the backend allocates them: padded hidden and per-partition intermediate."""
     assert spec.moe is not None and share.mxfp4_pad is not None
     pad_h, pad_i = share.mxfp4_pad
@@ -95,10 +95,10 @@ def _mxfp4_experts(spec: ModelSpec, t: Tensor, share: ExpertShare, nbytes_per: f
         def scales(rows: int, k: int) -> int:
             return _round_up(rows, m_mult) * _round_up(_round_up(k // 32, k_mult), 2)
 
-        if t.linear:
+        if tensor.linear:
             return experts * (3 * hidden * inter / 2 + scales(2 * inter, hidden) + scales(hidden, inter))
         return experts * (2 * inter + hidden) * bias_bytes
-    if t.linear:
+    if tensor.linear:
         return experts * 3 * hidden * inter * nbytes_per
     return experts * (2 * inter + hidden) * spec.dtype_bytes
 
