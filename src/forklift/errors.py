@@ -342,6 +342,20 @@ class StackDoesNotFitError(DoesNotFitError):
         self.table = table
 
 
+class StackMemberError(ForkliftError):
+    """A stack member did not start; the members this ``stack up`` had started were stopped again, in reverse.
+    ``cause`` is the member's own error (its message carries the engine's log tail and doctor's finding)."""
+
+    def __init__(self, message: str, *, member: str, run: str, stopped: Sequence[str], cause: ForkliftError,
+                 ) -> None:
+        super().__init__(f"{message}\n{cause.message}", fix=cause.fix)
+        self.member = member
+        self.run = run
+        self.stopped = list(stopped)
+        self.cause = cause
+        self.exit_code = cause.exit_code
+
+
 class StackNotFoundError(ForkliftError):
     """No stack of that name was started from this state dir."""
 

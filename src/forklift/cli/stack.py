@@ -28,7 +28,8 @@ def _name(ref: str) -> str:
 
 @stack_app.command("plan")
 def plan_cmd(stack_file: StackArg, json_out: JsonOpt = False) -> None:
-    """The joint plan: each member's fixed memory and KV budget per shared device, and the start order."""
+    """The joint plan: each member's fixed memory and KV budget per shared device, the cores each member's ranks
+    compute on where vLLM-CPU members share a host, and the start order."""
     from forklift.stack import joint_plan, load
 
     stack, base = load(stack_file)
@@ -45,7 +46,9 @@ def plan_cmd(stack_file: StackArg, json_out: JsonOpt = False) -> None:
 @stack_app.command("up")
 def up_cmd(stack_file: StackArg, json_out: JsonOpt = False, force: ForceOpt = False, dry_run: DryRunOpt = False,
            ) -> None:
-    """Plan jointly, then start each member largest first; each must stream a real token before the next."""
+    """Plan jointly, then start each member largest first; each must stream a real token before the next. Members
+    already serving are left alone (run it again to bring back one that died); a member that fails stops the ones
+    this call started, in reverse."""
     if dry_run:
         plan_cmd(stack_file, json_out)
         return
@@ -61,6 +64,9 @@ def up_cmd(stack_file: StackArg, json_out: JsonOpt = False, force: ForceOpt = Fa
     if json_out:
         print_json(result.to_json())
         return
+    for st in result.serving.values():
+        console.print(f"[green]serving[/] {st.name}: {st.served_name} at {st.endpoint}/v1 (already; left as it "
+                      "was)", highlight=False)
     for r in result.started.values():
         console.print(f"[green]ready[/] {r.record.name}: {r.record.served_name} at {r.record.endpoint}/v1 "
                       f"(ready in {r.ready_s:.1f} s)", highlight=False)
