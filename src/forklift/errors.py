@@ -354,6 +354,8 @@ class StackMemberError(ForkliftError):
         self.stopped = list(stopped)
         self.cause = cause
         self.exit_code = cause.exit_code
+        self.log_tail = list(getattr(cause, "log_tail", None) or ())
+        """The failing member's engine log tail, when its error has one (the CLI prints it)."""
 
 
 class StackNotFoundError(ForkliftError):

@@ -201,7 +201,8 @@ def unified_usable(plan: Plan, host: str, hardware: str, members: int) -> Usable
     snapshot (the node's measured MemAvailable less what precedes the reading, else the median clean GB10 reading
     less the node profile's watermark reserve: plan/gb10.py), less one CUDA context and communicators
     (``pre_snapshot_gib``) per other member, since each member is a process of its own that takes them before the
-    next one reads."""
+    next one reads, and less the KV pool's spread across boots (``pool_band_gib``): the last member to start reads
+    what the others left, and its utilization (rounded up to 0.001) must not exceed it."""
     g = gb10.terms_for(plan.vllm_version)
     measured = plan.deployment.facts.get(host)
     if measured is not None and measured.mem_available_gib:
@@ -216,7 +217,8 @@ def unified_usable(plan: Plan, host: str, hardware: str, members: int) -> Usable
     others = max(0, members - 1)
     if others:
         why += f" - {others} x {g.pre_snapshot_gib:.2f} CUDA context of the other member(s)"
-    return Usable(free - others * g.pre_snapshot_gib, why)
+    why += f" - {g.pool_band_gib:.2f} spread across boots"
+    return Usable(free - others * g.pre_snapshot_gib - g.pool_band_gib, why)
 
 
 def _usable(stack: StackFile, plan: Plan, host: str, hardware: str, total: float, members: int) -> Usable:
