@@ -301,6 +301,7 @@ def test_a_backend_brought_back_by_stack_up_is_routed_to_again(gw: Gateway) -> N
     stack = gw.home / "STACK.yaml"
     up = gw.cli("stack", "up", str(stack), timeout=1200)
     assert set(up["already_serving"]) == {"big"} and set(up["members"]) == {"small"}
+    assert up["already_serving"]["big"]["settings_differ"] is False  # type: ignore[index]
     deadline, res = time.monotonic() + 60, None
     while time.monotonic() < deadline:
         res = gw.chat("small", gw.keys["alice"])

@@ -64,9 +64,10 @@ def up_cmd(stack_file: StackArg, json_out: JsonOpt = False, force: ForceOpt = Fa
     if json_out:
         print_json(result.to_json())
         return
-    for st in result.serving.values():
+    for m, st in result.serving.items():
         console.print(f"[green]serving[/] {st.name}: {st.served_name} at {st.endpoint}/v1 (already; left as it "
-                      "was)", highlight=False)
+                      "was" + ("; its settings differ from this plan: `forklift down` it and run `stack up` again"
+                               if m in result.differs else "") + ")", highlight=False)
     for r in result.started.values():
         console.print(f"[green]ready[/] {r.record.name}: {r.record.served_name} at {r.record.endpoint}/v1 "
                       f"(ready in {r.ready_s:.1f} s)", highlight=False)
@@ -90,18 +91,18 @@ def down_cmd(stack: StackNameArg, json_out: JsonOpt = False) -> None:
 
 @stack_app.command("status")
 def status_cmd(stack: StackNameArg, json_out: JsonOpt = False) -> None:
-    """Each member's run: state, endpoint, served name."""
+    """Each member's run: state, endpoint, served name; exit 1 unless every member serves."""
     from forklift.stack import stack_status
 
     found = stack_status(_name(stack))
     if json_out:
         print_json({m: (None if s is None else s.to_json()) for m, s in found.items()})
-        return
-    for m, s in found.items():
-        console.print(f"{m}: " + ("no run record" if s is None else f"{s.status} {s.name} {s.served_name} at "
-                                  f"{s.endpoint}"), highlight=False)
+    else:
+        for m, s in found.items():
+            console.print(f"{m}: " + ("no run record" if s is None else f"{s.status} {s.name} {s.served_name} at "
+                                      f"{s.endpoint}"), highlight=False)
     if any(s is None or s.status != "ready" for s in found.values()):
-        raise typer.Exit(1)
+        raise typer.Exit(1)  # with --json too: scripts read the exit code
 
 
 def register(app: typer.Typer) -> None:

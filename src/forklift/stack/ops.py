@@ -60,6 +60,8 @@ class StackUpResult:
     started: dict[str, UpResult] = field(default_factory=dict)
     serving: dict[str, StatusResult] = field(default_factory=dict)
     """Members whose run already served (left as they were)."""
+    differs: list[str] = field(default_factory=list)
+    """Those of them whose running settings differ from this plan's."""
 
     def to_json(self) -> dict[str, Any]:
         return {"stack": self.joint.stack.name, "order": self.joint.order,
@@ -67,8 +69,8 @@ class StackUpResult:
                 "members": {n: {"run": r.record.name, "endpoint": r.record.endpoint,
                                 "served_name": r.record.served_name, "ready_s": r.ready_s,
                                 "first_token": r.first_token} for n, r in self.started.items()},
-                "already_serving": {n: {"run": s.name, "endpoint": s.endpoint, "served_name": s.served_name}
-                                    for n, s in self.serving.items()}}
+                "already_serving": {n: {"run": s.name, "endpoint": s.endpoint, "served_name": s.served_name,
+                                        "settings_differ": n in self.differs} for n, s in self.serving.items()}}
 
 
 def _serving(run: str) -> StatusResult | None:
@@ -100,6 +102,8 @@ def stack_up(stack: StackFile, base: Path, *, source: str | None = None, on_even
             serving = _serving(stack.run_name(n))
             if serving is not None:
                 result.serving[n] = serving
+                if serving.record.recipe != joint.plans[n].deployment.recipe:
+                    result.differs.append(n)
                 on_event(n, "serving", f"{serving.name} already serves at {serving.endpoint}: left as it is")
                 continue
             result.started[n] = up(joint.plans[n], name=stack.run_name(n), on_event=event, force=force)
