@@ -75,6 +75,40 @@ def test_a_second_watcher_exits_2_and_a_reused_proxy_pid_is_not_adopted(tmp_path
     said: list[str] = []
     assert ops.serve(runner=other, say=said.append) == 2
     assert "another watcher (pid 4242)" in said[0] and not other.ran("/bin/litellm")
-    # after a reboot the recorded pids belong to other programs: the watcher starts its own proxy, not none
-    assert not ops._runs_as(FakeRunner().on(["ps", "-o", "stat="], stdout="S\n").on(
-        ["ps", "-o", "args="], stdout="/usr/sbin/sshd -D\n"), 4242, "gateway serve")
+    # after a reboot the recorded pids belong to other programs: the watcher runs, and starts a proxy of its own
+    ops.save_state(ops.GatewayState(runs=[], backends=[], host="127.0.0.1", port=18351, litellm="/bin/litellm",
+                                    watcher_pid=4242, proxy_pid=5151))
+    (ops.gateway_dir() / "admin.key").write_text("fk-admin-x")
+    rebooted = FakeRunner().on(["ps", "-o", "stat="], stdout="S\n").on(["ps", "-o", "args="],
+                                                                         stdout="/usr/sbin/sshd -D\n")
+
+    def say(line: str) -> None:
+        if line.startswith("proxy pid"):
+            raise _Adopted(line)
+
+    with pytest.raises(_Adopted):
+        ops.serve(runner=rebooted, say=say)
+    assert [c.argv[0] for c in rebooted.calls if c.spawned] == ["/bin/litellm"]
+
+
+class _Adopted(Exception):
+    pass
+
+
+def test_a_watcher_started_again_takes_over_the_proxy_that_still_serves() -> None:
+    """What Restart=on-failure relies on: after the watcher's own death (KillMode=process left the proxy up) the new
+    watcher watches that proxy instead of starting a second one on the same port."""
+    state = ops.GatewayState(runs=[], backends=[], host="127.0.0.1", port=18352, litellm="/bin/litellm",
+                             watcher_pid=None, proxy_pid=5151)
+    ops.save_state(state)
+    proxy_args = f"/bin/litellm --config {ops.gateway_dir() / 'config.yaml'} --port 18352\n"
+    runner = FakeRunner().on(["ps", "-o", "stat="], stdout="S\n").on(["ps", "-o", "args="], stdout=proxy_args)
+
+    def say(line: str) -> None:
+        if "still serves" in line:
+            raise _Adopted(line)
+
+    with pytest.raises(_Adopted, match="pid 5151"):
+        ops.serve(runner=runner, say=say)
+    assert not [c for c in runner.calls if c.spawned]
+    assert ops.load_state().proxy_pid == 5151
