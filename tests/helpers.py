@@ -30,9 +30,9 @@ def pid_running(pid: int) -> bool:
 
 
 def forklift(*args: str, home: Path | None = None, timeout: float = 900, env: dict[str, str] | None = None,
-             ) -> subprocess.CompletedProcess[str]:
-    """Run the real `forklift` CLI as a subprocess."""
-    full_env = dict(os.environ)
+             unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """Run the real `forklift` CLI as a subprocess (``unset``: variables of this process it does not get)."""
+    full_env = {k: v for k, v in os.environ.items() if k not in unset}
     if home is not None:
         full_env["FORKLIFT_HOME"] = str(home)
     full_env.update(env or {})

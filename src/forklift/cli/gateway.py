@@ -14,6 +14,9 @@ gateway_app = typer.Typer(help="One OpenAI-compatible endpoint in front of runs:
                           no_args_is_help=True)
 key_app = typer.Typer(help="The gateway's keys: one per person, stored hashed, shown once.", no_args_is_help=True)
 gateway_app.add_typer(key_app, name="key")
+service_app = typer.Typer(help="The systemd unit that runs the gateway's watcher at boot and again when it dies.",
+                          no_args_is_help=True)
+gateway_app.add_typer(service_app, name="service")
 
 TargetsArg = Annotated[list[str], typer.Argument(help="A STACK.yaml, a stack's name, or run names.")]
 PortOpt = Annotated[int, typer.Option("--port", help="The gateway's port.")]
@@ -78,6 +81,9 @@ def serve_cmd() -> None:
     def say(line: str) -> None:
         err_console.print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}", highlight=False, markup=False)
 
+    if not gateway.state_path().is_file():  # nothing to serve: exit 2, which its unit does not restart
+        say(f"no gateway was set up in {gateway.state_path().parent}: run `forklift gateway up` first")
+        raise typer.Exit(2)
     raise typer.Exit(gateway.serve(say=say))
 
 
@@ -171,6 +177,88 @@ def key_revoke_cmd(name: KeyNameArg, json_out: JsonOpt = False) -> None:
         print_json({k: v for k, v in entry.to_json().items() if k != "sha256"})
         return
     console.print(f"revoked {name}", highlight=False)
+
+
+UnitDirOpt = Annotated[str, typer.Option("--unit-dir", help="Where the unit file goes.")]
+ServiceDryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the unit and every command; change "
+                                                                   "nothing.")]
+NowOpt = Annotated[bool, typer.Option("--now", help="Also start the unit now (stop the watcher `gateway up` started "
+                                                    "first: `forklift gateway down`; the unit starts it again).")]
+ServicePortOpt = Annotated[int | None, typer.Option("--port", help="The gateway's port (default: the one set up "
+                                                                   "here).")]
+
+
+def _print_actions(plan: object, json_out: bool) -> None:
+    from forklift.supervise.service import ServicePlan
+
+    assert isinstance(plan, ServicePlan)
+    if json_out:
+        print_json(plan.to_json())
+        return
+    for action in plan.actions:
+        console.print("$ " + " ".join(action.argv), highlight=False, markup=False, soft_wrap=True)
+        if action.shown:
+            console.print("  " + action.shown.rstrip("\n").replace("\n", "\n  "), highlight=False, markup=False,
+                          soft_wrap=True)
+
+
+def _port(port: int | None) -> int:
+    from forklift import gateway
+
+    return port if port is not None else gateway.load_state().port
+
+
+@service_app.command("install")
+def service_install_cmd(dry_run: ServiceDryRunOpt = False, now: NowOpt = False, json_out: JsonOpt = False,
+                        unit_dir: UnitDirOpt = "/etc/systemd/system") -> None:
+    """Write the unit that runs the gateway set up here (`gateway up`) under systemd, and enable it."""
+    from forklift import gateway
+    from forklift.runner import LocalRunner
+    from forklift.supervise import gateway_service, service
+
+    state = gateway.load_state()
+    plan = gateway_service.install_plan(port=state.port, url=state.url, watcher_argv=gateway.watcher_argv(),
+                                        unit_dir=unit_dir, start=now)
+    if dry_run:
+        _print_actions(plan, json_out)
+        return
+    service.apply(plan, LocalRunner())
+    if json_out:
+        print_json(plan.to_json() | {"installed": True})
+        return
+    console.print(f"installed {plan.unit_path} and enabled {plan.unit}" + (" (started)" if now else "")
+                  + f"; the gateway at {state.url} comes back after a reboot or a crash of its watcher",
+                  highlight=False)
+
+
+@service_app.command("status")
+def service_status_cmd(port: ServicePortOpt = None, json_out: JsonOpt = False,
+                       unit_dir: UnitDirOpt = "/etc/systemd/system") -> None:
+    """Whether the gateway's unit is installed, enabled and active."""
+    from forklift.runner import LocalRunner
+    from forklift.supervise import gateway_service
+
+    st = gateway_service.status(_port(port), LocalRunner(), unit_dir=unit_dir)
+    if json_out:
+        print_json(st.to_json())
+        return
+    console.print(f"{st.unit}: {'installed' if st.installed else 'not installed'} ({st.unit_path}), "
+                  f"enabled: {st.enabled}, active: {st.active}", highlight=False)
+
+
+@service_app.command("remove")
+def service_remove_cmd(port: ServicePortOpt = None, dry_run: ServiceDryRunOpt = False, json_out: JsonOpt = False,
+                       unit_dir: UnitDirOpt = "/etc/systemd/system") -> None:
+    """Disable and stop the unit (its watcher stops the proxy), delete the file."""
+    from forklift.runner import LocalRunner
+    from forklift.supervise import gateway_service, service
+
+    plan = gateway_service.remove_plan(_port(port), unit_dir=unit_dir)
+    if dry_run:
+        _print_actions(plan, json_out)
+        return
+    service.apply(plan, LocalRunner(), tolerate=("systemctl disable",))
+    console.print(f"removed {plan.unit}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -28,7 +28,8 @@ def _name(ref: str) -> str:
 
 @stack_app.command("plan")
 def plan_cmd(stack_file: StackArg, json_out: JsonOpt = False) -> None:
-    """The joint plan: each member's fixed memory and KV budget per shared device, and the start order."""
+    """The joint plan: each member's fixed memory and KV budget per shared device, the cores each member's ranks
+    compute on where vLLM-CPU members share a host, and the start order."""
     from forklift.stack import joint_plan, load
 
     stack, base = load(stack_file)
@@ -45,7 +46,9 @@ def plan_cmd(stack_file: StackArg, json_out: JsonOpt = False) -> None:
 @stack_app.command("up")
 def up_cmd(stack_file: StackArg, json_out: JsonOpt = False, force: ForceOpt = False, dry_run: DryRunOpt = False,
            ) -> None:
-    """Plan jointly, then start each member largest first; each must stream a real token before the next."""
+    """Plan jointly, then start each member largest first; each must stream a real token before the next. Members
+    already serving are left alone (run it again to bring back one that died); a member that fails stops the ones
+    this call started, in reverse."""
     if dry_run:
         plan_cmd(stack_file, json_out)
         return
@@ -61,6 +64,10 @@ def up_cmd(stack_file: StackArg, json_out: JsonOpt = False, force: ForceOpt = Fa
     if json_out:
         print_json(result.to_json())
         return
+    for m, st in result.serving.items():
+        console.print(f"[green]serving[/] {st.name}: {st.served_name} at {st.endpoint}/v1 (already; left as it "
+                      "was" + ("; its settings differ from this plan: `forklift down` it and run `stack up` again"
+                               if m in result.differs else "") + ")", highlight=False)
     for r in result.started.values():
         console.print(f"[green]ready[/] {r.record.name}: {r.record.served_name} at {r.record.endpoint}/v1 "
                       f"(ready in {r.ready_s:.1f} s)", highlight=False)
@@ -84,18 +91,18 @@ def down_cmd(stack: StackNameArg, json_out: JsonOpt = False) -> None:
 
 @stack_app.command("status")
 def status_cmd(stack: StackNameArg, json_out: JsonOpt = False) -> None:
-    """Each member's run: state, endpoint, served name."""
+    """Each member's run: state, endpoint, served name; exit 1 unless every member serves."""
     from forklift.stack import stack_status
 
     found = stack_status(_name(stack))
     if json_out:
         print_json({m: (None if s is None else s.to_json()) for m, s in found.items()})
-        return
-    for m, s in found.items():
-        console.print(f"{m}: " + ("no run record" if s is None else f"{s.status} {s.name} {s.served_name} at "
-                                  f"{s.endpoint}"), highlight=False)
+    else:
+        for m, s in found.items():
+            console.print(f"{m}: " + ("no run record" if s is None else f"{s.status} {s.name} {s.served_name} at "
+                                      f"{s.endpoint}"), highlight=False)
     if any(s is None or s.status != "ready" for s in found.values()):
-        raise typer.Exit(1)
+        raise typer.Exit(1)  # with --json too: scripts read the exit code
 
 
 def register(app: typer.Typer) -> None:

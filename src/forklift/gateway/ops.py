@@ -103,6 +103,19 @@ def _alive(runner: Runner, pid: int | None) -> bool:
     return pid is not None and procs.pid_alive(runner, pid)
 
 
+def _runs_as(runner: Runner, pid: int | None, word: str) -> bool:
+    """The pid lives and its command line holds ``word`` (after a reboot a recorded pid may be another program)."""
+    if not _alive(runner, pid):
+        return False
+    res = runner.run(["ps", "-o", "args=", "-p", str(pid)], timeout=15)
+    return res.ok and word in res.stdout
+
+
+def watcher_argv(python: str | None = None) -> list[str]:
+    """What runs the watcher in the foreground (`gateway up` starts it detached; a systemd unit runs it)."""
+    return [python or sys.executable, "-m", "forklift.cli.main", "gateway", "serve"]
+
+
 def _write_files(state: GatewayState) -> str:
     """config.yaml, the hooks module and the admin key's digest; returns the admin key."""
     d = gateway_dir()
@@ -142,8 +155,7 @@ def up(runs: list[str], *, host: str = "127.0.0.1", port: int = 4000, cert: str 
         raise GatewayError(f"port {port} on {host} is in use", fix=f"Pick another: --port {port + 1}.")
     admin = _write_files(state)
     save_state(state)
-    spawned = runner.spawn([sys.executable, "-m", "forklift.cli.main", "gateway", "serve"],
-                           log_path=str(gateway_dir() / "watcher.log"))
+    spawned = runner.spawn(watcher_argv(), log_path=str(gateway_dir() / "watcher.log"))
     state.watcher_pid = spawned.pid
     save_state(state)
     _wait_ready(state, admin, timeout_s, runner)
@@ -214,10 +226,21 @@ def _write_health(found: dict[str, dict[str, Any]]) -> None:
 def serve(*, interval_s: float = 1.0, say: Callable[[str], None] = lambda s: None,
           runner: Runner | None = None) -> int:
     """The watcher (foreground): start the proxy, keep each model's health current, start the proxy again when
-    it dies; 3 when it gave up (MAX_RESTARTS in WINDOW_S), 0 when stopped."""
+    it dies; 3 when it gave up (MAX_RESTARTS in WINDOW_S), 2 when another watcher already watches this gateway,
+    0 when stopped. A watcher started again (systemd's Restart=on-failure after the watcher itself died) takes
+    the proxy that still serves over instead of starting another."""
     runner = runner or LocalRunner()
     state = load_state()
+    if state.watcher_pid != os.getpid() and _runs_as(runner, state.watcher_pid, "gateway serve"):
+        say(f"another watcher (pid {state.watcher_pid}) watches this gateway: stop it first (`forklift gateway down`)")
+        return 2
     state.watcher_pid = os.getpid()
+    state.stopped = False
+    if state.proxy_pid is not None and not _runs_as(runner, state.proxy_pid, str(gateway_dir() / "config.yaml")):
+        state.proxy_pid = None  # gone, or a pid reused by another program since (a reboot): start a fresh proxy
+    elif state.proxy_pid is not None:
+        say(f"the proxy (pid {state.proxy_pid}) still serves: watching it")
+    save_state(state)
     log = str(gateway_dir() / "proxy.log")
     _write_health(health(state))
     try:

@@ -15,7 +15,7 @@ from typing import Any
 from forklift import paths
 from forklift.cluster.down import DownResult, StatusResult, down, status
 from forklift.cluster.up import UpResult, up
-from forklift.errors import RunNotFoundError, StackNotFoundError
+from forklift.errors import ForkliftError, RunNotFoundError, StackMemberError, StackNotFoundError
 from forklift.record import load as load_record
 from forklift.stack.joint import JointPlan, joint_plan
 from forklift.stack.schema import StackFile
@@ -58,32 +58,66 @@ def load_runs(name: str) -> dict[str, str]:
 class StackUpResult:
     joint: JointPlan
     started: dict[str, UpResult] = field(default_factory=dict)
+    serving: dict[str, StatusResult] = field(default_factory=dict)
+    """Members whose run already served (left as they were)."""
+    differs: list[str] = field(default_factory=list)
+    """Those of them whose running settings differ from this plan's."""
 
     def to_json(self) -> dict[str, Any]:
         return {"stack": self.joint.stack.name, "order": self.joint.order,
                 "plan": self.joint.to_json(),
                 "members": {n: {"run": r.record.name, "endpoint": r.record.endpoint,
                                 "served_name": r.record.served_name, "ready_s": r.ready_s,
-                                "first_token": r.first_token} for n, r in self.started.items()}}
+                                "first_token": r.first_token} for n, r in self.started.items()},
+                "already_serving": {n: {"run": s.name, "endpoint": s.endpoint, "served_name": s.served_name,
+                                        "settings_differ": n in self.differs} for n, s in self.serving.items()}}
+
+
+def _serving(run: str) -> StatusResult | None:
+    """The member's run when it is up and healthy now (a second `stack up` leaves it alone), else None."""
+    try:
+        found = status(load_record(run))
+    except RunNotFoundError:
+        return None
+    return found if found.status == "ready" and found.healthy else None
 
 
 def stack_up(stack: StackFile, base: Path, *, source: str | None = None, on_event: EventFn = _noop,
              force: bool = False) -> StackUpResult:
     """Plan jointly (refused with the per-device table when it does not fit), then start each member, largest
-    first, each returning only once it streams a real token. A member that fails stops the ones started, in
-    reverse, and the error is raised."""
+    first, each returning only once it streams a real token. A member whose run already serves is left alone, so
+    `stack up` again brings back the members that died. A member that fails stops the ones this call started, in
+    reverse, and StackMemberError names it (with its own error: the log tail and doctor's finding)."""
     joint = joint_plan(stack, base)
     result = StackUpResult(joint)
     save_record(stack, joint.order, source)
+    current = ""
     try:
         for n in joint.order:
+            current = n
+
             def event(phase: str, detail: str, member: str = n) -> None:
                 on_event(member, phase, detail)
 
+            serving = _serving(stack.run_name(n))
+            if serving is not None:
+                result.serving[n] = serving
+                if serving.record.recipe != joint.plans[n].deployment.recipe:
+                    result.differs.append(n)
+                on_event(n, "serving", f"{serving.name} already serves at {serving.endpoint}: left as it is")
+                continue
             result.started[n] = up(joint.plans[n], name=stack.run_name(n), on_event=event, force=force)
-    except BaseException:
+    except BaseException as exc:
+        stopped = []
         for n in reversed(list(result.started)):
+            on_event(n, "stopping", f"{stack.name}: {current} failed, stopping {result.started[n].record.name}")
             down(result.started[n].record)
+            stopped.append(result.started[n].record.name)
+        if isinstance(exc, ForkliftError):
+            again = f"; stopped {', '.join(stopped)} again" if stopped else ""
+            raise StackMemberError(f"stack {stack.name}: member '{current}' (run {stack.run_name(current)}) did not "
+                                   f"start{again}", member=current, run=stack.run_name(current), stopped=stopped,
+                                   cause=exc) from exc
         raise
     return result
 

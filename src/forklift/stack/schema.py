@@ -43,8 +43,9 @@ class StackFile(_Strict):
 
     name: Name = Field(description="The stack's name (its members run as `<name>-<member>`).")
     utilization: float | None = Field(default=None, gt=0, le=1, description="Share of each node's memory the "
-                                      "members may use together (null: 0.9, unified-memory nodes 0.8: the host "
-                                      "keeps the rest).")
+                                      "members may use together (null: 0.9 of a GPU, 0.8 of a CPU host, and "
+                                      "on a unified-memory GPU (GB10) vLLM's startup free reading from the "
+                                      "planner's GB10 terms).")
     members: list[Member] = Field(min_length=1)
 
     @model_validator(mode="after")
