@@ -48,14 +48,52 @@ def run_cpu() -> dict[str, Any]:
 
 
 def ratios(data: dict[str, Any]) -> dict[str, Any]:
-    vb = (data.get("outcome") or {}).get("versus_baseline") or {}
-    return {w: {"ratio": v.get("ratio"), "interval": v.get("interval"), "winner": v.get("winner"),
-                "verdict": v.get("verdict")} for w, v in vb.items()}
+    """Per workload, from the stored runs: tune's pick against the baseline (1.0x when it keeps the defaults) and
+    the best other candidate against the baseline, each with compare's start-level interval (90%)."""
+    from forklift.tune import evidence
+
+    outcome = data.get("outcome") or {}
+    trials = outcome.get("trials") or []
+    out: dict[str, Any] = {}
+    for w in outcome.get("workloads") or []:
+        groups: dict[str, list[list[float]]] = {}
+        for t in trials:
+            by: dict[str, list[float]] = {}
+            for r in t["runs"]:
+                if r["workload"] == w:
+                    by.setdefault(r["start"], []).append(evidence.floor_goodput(r["goodput_req_s"], r["duration_s"]))
+            if by:
+                groups[t["candidate"]["name"]] = list(by.values())
+        base = trials[0]["candidate"]["name"] if trials else None
+        if base not in groups:
+            out[w] = {"ratio": None}
+            continue
+        noise = evidence.noise_for([g for gs in groups.values() for g in gs])
+        levels = {n: evidence.level(g, prior_sd=noise) for n, g in groups.items()}
+        others = [n for n in groups if n != base and levels[n] is not None]
+        best = max(others, key=lambda n: levels[n].value) if others else None  # type: ignore[union-attr]
+        row: dict[str, Any] = {"winner": (outcome.get("winner") or {}).get(w), "baseline_starts": len(groups[base]),
+                               "noise_per_run": round(noise, 3)}
+        if best is not None:
+            iv = evidence.relative(groups[base], groups[best], prior_sd=noise)
+            lb, lc = levels[base], levels[best]
+            assert lb is not None and lc is not None
+            row["best_other"] = {"name": best, "ratio": round(lc.value / lb.value, 3), "starts": len(groups[best]),
+                                 "interval": None if iv is None else [round(1 + iv.low, 3), round(1 + iv.high, 3)],
+                                 "verdict": evidence.verdict(iv)}
+        picked = row["winner"]
+        row["ratio"] = 1.0 if picked in (None, base) or best is None else row["best_other"]["ratio"] \
+            if picked == best else round(levels[picked].value / levels[base].value, 3)  # type: ignore[union-attr]
+        out[w] = row
+    return out
 
 
 def bar(r: dict[str, Any]) -> bool:
-    got = [v["ratio"] for v in r.values() if v.get("ratio") is not None]
-    return bool(got) and max(got) >= 1.3 and min(got) >= 1.0
+    """>= 1.3x on one workload with the interval above 1 (verdict "better"), and tune's pick never below 1.0x."""
+    got = [float(v["ratio"]) for v in r.values() if v.get("ratio") is not None]
+    proven = [float(v["ratio"]) for v in r.values() if v.get("ratio") is not None and v["ratio"] != 1.0
+              and (v.get("best_other") or {}).get("verdict") == "better"]
+    return bool(got) and min(got) >= 1.0 and bool(proven) and max(proven) >= 1.3
 
 
 def main(argv: list[str] | None = None) -> int:

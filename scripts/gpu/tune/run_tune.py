@@ -30,7 +30,7 @@ def main() -> int:
     folder = Path("/tmp/tune") / phase
     shutil.rmtree(folder, ignore_errors=True)
     cands = tuple(sys.argv[3:]) if phase == "confirm" else ()
-    req = flow.Request(RECIPE, ("rag", "chat"), SLO, budget, (), 32, 2.0, 20.0, 1 if cands else 2, 3,
+    req = flow.Request(RECIPE, ("rag", "chat"), SLO, budget, (), 32, 2.0, 15.0 if cands else 20.0, 1 if cands else 2, 3,
                        1 if cands else 0, False, False, folder, f"tune-{phase}", cands)
     t0 = time.time()
     result = flow.run(req, on_event=lambda text: print(f"[{time.time() - t0:6.0f}s] {text}", flush=True))

@@ -69,7 +69,8 @@ def tune_cmd(
     t = Table("workload", "candidate", "status", "starts/runs", "goodput req/s", "interval", "tok/s",
               *[f"{x.key} ms" for x in result.slo.limits], title=f"tune {req.recipe} (SLO {result.slo.text()})")
     for r in result.table:
-        span = "-" if r["goodput_interval"] is None else f"{r['goodput_interval'][0]:.3g}..{r['goodput_interval'][1]:.3g}"
+        iv = r["goodput_interval"]
+        span = "-" if iv is None else f"{iv[0]:.3g}..{iv[1]:.3g}"
         t.add_row(r["workload"], ("* " if r["winner"] else "") + r["candidate"], r["status"],
                   f"{r['starts']}/{r['runs']}", "-" if r["goodput_req_s"] is None else f"{r['goodput_req_s']:.3g}",
                   span, "-" if r["output_tok_s"] is None else f"{r['output_tok_s']:.1f}",

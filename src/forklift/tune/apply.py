@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import io
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,6 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
 from forklift.errors import RecipeError, TuneError
-from forklift.net.apply import _yaml
 from forklift.recipe.load import parse_override, read_text, validate
 from forklift.yamlio import load_user
 
@@ -32,6 +32,17 @@ class Change:
     def diff(self) -> str:
         return "".join(difflib.unified_diff(self.before.splitlines(keepends=True), self.after.splitlines(keepends=True),
                                             fromfile=str(self.path), tofile=f"{self.path} (tune --apply)"))
+
+
+def _yaml(text: str) -> YAML:
+    """Round trip keeping the file's own sequence indentation (as ``net apply`` does)."""
+    y = YAML(typ="rt")
+    y.preserve_quotes = True
+    y.width = 4096
+    dash = re.search(r"^( *)- ", text, re.MULTILINE)
+    offset = len(dash.group(1)) if dash else 0
+    y.indent(mapping=2, sequence=2 + offset, offset=offset)
+    return y
 
 
 def plan(path: Path, sets: Sequence[str], evidence: Sequence[str]) -> Change:

@@ -39,6 +39,27 @@ def floor_goodput(goodput: float, duration_s: float) -> float:
     return goodput if goodput > 0 else 0.5 / max(duration_s, 1e-9)
 
 
+def run_noise(groups: Sequence[Sequence[float]]) -> float | None:
+    """The run-to-run noise measured in this session: the pooled standard deviation of log values within a start
+    (over every candidate's starts with two runs or more); None without such a start."""
+    ss, df = 0.0, 0
+    for g in groups:
+        logs = [math.log(v) for v in g if v > 0]
+        if len(logs) >= 2:
+            m = sum(logs) / len(logs)
+            ss += sum((x - m) ** 2 for x in logs)
+            df += len(logs) - 1
+    return math.sqrt(ss / df) if df else None
+
+
+def noise_for(groups: Sequence[Sequence[float]], prior: float = DEFAULT_PRIOR) -> float:
+    """The noise the intervals use: the stated prior, or the session's measured run-to-run noise when larger.
+    Goodput near an SLO's edge moves far more than throughput (a request just over the limit counts zero), so
+    the tok/s prior alone would understate it."""
+    got = run_noise(groups)
+    return prior if got is None else max(prior, got)
+
+
 def level(groups: Sequence[Sequence[float]], *, prior_sd: float = DEFAULT_PRIOR,
           prior_df: float = stats.DEFAULT_PRIOR_DF, confidence: float = DEFAULT_CONFIDENCE) -> Level | None:
     """The runs' values grouped by start -> geometric mean with a t interval over starts, pooled with the prior."""

@@ -80,7 +80,7 @@ def prepare(req: Request) -> tuple[Deployment, TuneSlo, list[Workload], space.Sp
         bad = [x for x in c.split() if not x.startswith("serve.") or "=" not in x]
         if bad:
             raise TuneError(f"--candidate {c!r}: {bad[0]!r} is not serve.KEY=VALUE",
-                            fix="Pass for example --candidate 'serve.max_num_seqs=8 serve.max_num_batched_tokens=1024'.")
+                            fix="Pass for example --candidate 'serve.max_num_seqs=8 serve.max_num_batched_tokens=512'.")
     sp = space.build(deployment, workloads[0], slo, max_candidates=req.max_candidates,
                      explicit=[c.split() for c in req.candidates])
     return deployment, slo, workloads, sp

@@ -27,9 +27,10 @@ def rows(outcome: Outcome, slo: TuneSlo, prior: float = evidence.DEFAULT_PRIOR,
          confidence: float = evidence.DEFAULT_CONFIDENCE) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for w in outcome.workloads:
+        noise = evidence.noise_for([g for t in outcome.trials for g in t.groups(w)], prior)
         for t in outcome.trials:
             samples = [s for s in t.samples if s.workload == w]
-            lv = evidence.level(t.groups(w), prior_sd=prior, confidence=confidence) if samples else None
+            lv = evidence.level(t.groups(w), prior_sd=noise, confidence=confidence) if samples else None
             row: dict[str, Any] = {
                 "workload": w, "candidate": t.candidate.name, "sets": list(t.candidate.sets), "status": t.status,
                 "reason": t.reason, "starts": lv.starts if lv else 0, "runs": len(samples),

@@ -139,6 +139,11 @@ def _mean(xs: Sequence[float], default: float) -> float:
     return sum(xs) / len(xs) if xs else default
 
 
+def _noise(trials: Sequence[Trial], workload: str, prior: float) -> float:
+    """The prior, or this session's run-to-run noise on this workload when larger (``evidence.noise_for``)."""
+    return evidence.noise_for([g for t in trials for g in t.groups(workload)], prior)
+
+
 def _best(trials: Sequence[Trial], workload: str, prior: float) -> Trial | None:
     scored = [(lv.value, t) for t in trials
               if t.samples and (lv := evidence.level(t.groups(workload), prior_sd=prior)) is not None]
@@ -202,7 +207,7 @@ def run(candidates: Sequence[Candidate], workloads: Sequence[Workload], measurer
             best = _best([t for t in out.trials if t is not trial and t.status != "failed"], w, opts.prior_noise)
             if best is None:
                 return False
-            iv = evidence.relative(best.groups(w), trial.groups(w), prior_sd=opts.prior_noise,
+            iv = evidence.relative(best.groups(w), trial.groups(w), prior_sd=_noise(out.trials, w, opts.prior_noise),
                                    confidence=opts.confidence)
             if iv is None or iv.high >= 0:
                 return False
@@ -212,8 +217,8 @@ def run(candidates: Sequence[Candidate], workloads: Sequence[Workload], measurer
 
     for i, trial in enumerate(out.trials):
         if not one_start(trial, opts.max_runs, early_stop=i > 0):
-            for rest in out.trials[i:]:
-                rest.status, rest.reason = "skipped (budget)", f"{timer.left:.0f} s left, a start and a round " \
+            for skipped in out.trials[i:]:
+                skipped.status, skipped.reason = "skipped (budget)", f"{timer.left:.0f} s left, a start and a round " \
                     f"take ~{_mean(starts, opts.guess_start_s) + len(workloads) * _mean(runs, opts.guess_run_s):.0f} s"
             break
 
@@ -234,24 +239,28 @@ def run(candidates: Sequence[Candidate], workloads: Sequence[Workload], measurer
             continue
         break
     for w in names:
-        best = _best([t for t in out.trials if t.status != "failed"], w, opts.prior_noise)
-        if best is not None:
-            out.winner[w] = best.candidate.name
-        out.versus_baseline[w] = _versus(base, best, w, opts)
+        final = _best([t for t in out.trials if t.status != "failed"], w, opts.prior_noise)
+        if final is not None:
+            out.winner[w] = final.candidate.name
+        noise = _noise(out.trials, w, opts.prior_noise)
+        out.versus_baseline[w] = _versus(base, final, w, opts, noise)
+        rest = _best([t for t in out.trials[1:] if t.status != "failed"], w, opts.prior_noise)
+        if rest is not None and final is base:  # the baseline won: how close the best other came
+            out.versus_baseline[w]["challenger"] = _versus(base, rest, w, opts, noise)
     out.seconds = opts.budget_s - timer.left
     return out
 
 
-def _versus(base: Trial, best: Trial | None, w: str, opts: Options) -> dict[str, Any]:
+def _versus(base: Trial, best: Trial | None, w: str, opts: Options, noise: float) -> dict[str, Any]:
     if best is None or not base.groups(w):
         return {"verdict": "not compared", "reason": "the baseline or every candidate has no run"}
-    lb = evidence.level(base.groups(w), prior_sd=opts.prior_noise, confidence=opts.confidence)
-    lw = evidence.level(best.groups(w), prior_sd=opts.prior_noise, confidence=opts.confidence)
-    iv = evidence.relative(base.groups(w), best.groups(w), prior_sd=opts.prior_noise, confidence=opts.confidence)
+    lb = evidence.level(base.groups(w), prior_sd=noise, confidence=opts.confidence)
+    lw = evidence.level(best.groups(w), prior_sd=noise, confidence=opts.confidence)
+    iv = evidence.relative(base.groups(w), best.groups(w), prior_sd=noise, confidence=opts.confidence)
     ratio = None if lb is None or lw is None else lw.value / lb.value
     return {"winner": best.candidate.name, "ratio": None if ratio is None else round(ratio, 4),
             "interval": None if iv is None else [round(1 + iv.low, 4), round(1 + iv.high, 4)],
-            "confidence": opts.confidence, "verdict": evidence.verdict(iv) if best is not base else "baseline wins",
+            "confidence": opts.confidence, "noise_per_run": round(noise, 4), "verdict": evidence.verdict(iv) if best is not base else "baseline wins",
             "starts": {"baseline": lb.starts if lb else 0, "winner": lw.starts if lw else 0},
             "runs": {"baseline": lb.runs if lb else 0, "winner": lw.runs if lw else 0},
             "zero_goodput_runs": sum(1 for t in (base, best) for s in t.samples

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from forklift.bench.stats import Slo, percentile
@@ -46,12 +46,12 @@ class TuneSlo:
 
         return Slo(ttft_ms=lowest("ttft"), tpot_ms=lowest("tpot"), e2e_ms=lowest("e2e"))
 
-    def percentiles(self, values_ms: dict[str, Sequence[float]]) -> dict[str, float | None]:
+    def percentiles(self, values_ms: Mapping[str, Sequence[float]]) -> dict[str, float | None]:
         """Each limit's percentile of the given per-request values (ms), by the limit's key."""
         return {x.key: (percentile(list(values_ms[x.metric]), x.q) if values_ms.get(x.metric) else None)
                 for x in self.limits}
 
-    def met(self, values_ms: dict[str, Sequence[float]]) -> bool:
+    def met(self, values_ms: Mapping[str, Sequence[float]]) -> bool:
         """Whether every limit holds at its percentile; a metric without values does not meet it."""
         got = self.percentiles(values_ms)
         return all(got[x.key] is not None and float(got[x.key] or 0.0) <= x.ms for x in self.limits)

@@ -185,21 +185,21 @@ def build(deployment: Deployment, workload: Workload, slo: TuneSlo, *, plan_fn: 
     scored: list[Candidate] = []
     base = Candidate("baseline", (), predict(base_plan, workload, slo), "the recipe as given (vLLM's defaults "
                      "where it sets nothing)", _facts(base_plan))
-    for sets in combos:
-        if not sets:
+    for combo in combos:
+        if not combo:
             continue
         try:
-            plan = plan_fn(deployment.with_sets(list(sets)))
+            plan = plan_fn(deployment.with_sets(list(combo)))
         except ForkliftError as exc:
-            pruned.append((" ".join(sets), f"the planner refuses it: {exc}"))
+            pruned.append((" ".join(combo), f"the planner refuses it: {exc}"))
             continue
         if not isinstance(plan, Plan):
-            pruned.append((" ".join(sets), f"no plan: {plan.error}"))
+            pruned.append((" ".join(combo), f"no plan: {plan.error}"))
             continue
         if not plan.fits:
-            pruned.append((" ".join(sets), f"does not fit: {plan.error}"))
+            pruned.append((" ".join(combo), f"does not fit: {plan.error}"))
             continue
-        scored.append(Candidate(_label(sets), sets, predict(plan, workload, slo), "", _facts(plan)))
+        scored.append(Candidate(_label(combo), combo, predict(plan, workload, slo), "", _facts(plan)))
     if not explicit:
         scored.sort(key=lambda c: (-c.predicted, len(c.sets), c.name))
     if len(scored) > max_candidates:

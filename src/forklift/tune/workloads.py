@@ -30,13 +30,14 @@ from typing import Any
 from forklift.errors import TuneError
 
 CLASSES = ("chat", "rag", "code", "agent")
-_WORDS = (
-    "the warehouse opened before dawn and first trucks backed into loading bays while night crew counted pallets "
-    "every crate carried label with its weight destination name of person who packed it driver learns floor way "
-    "sailor learns harbour where concrete dips which aisle is too narrow for wide load when afternoon sun blinds "
-    "north doors orders arrive in waves some days bring machine parts books fruit paint glass cables furniture "
-    "medicine scheduler balances them against number of drivers battery charge each truck time ships leave quay"
-).split()
+_WORDS = ("the", "warehouse", "opened", "before", "dawn", "and", "first", "trucks", "backed", "into", "loading",
+          "bays", "while", "night", "crew", "counted", "pallets", "every", "crate", "carried", "label", "with",
+          "its", "weight", "destination", "name", "of", "person", "who", "packed", "it", "driver", "learns",
+          "floor", "way", "sailor", "learns", "harbour", "where", "concrete", "dips", "which", "aisle", "is",
+          "too", "narrow", "for", "wide", "load", "when", "afternoon", "sun", "blinds", "north", "doors", "orders",
+          "arrive", "in", "waves", "some", "days", "bring", "machine", "parts", "books", "fruit", "paint", "glass",
+          "cables", "furniture", "medicine", "scheduler", "balances", "them", "against", "number", "of", "drivers",
+          "battery", "charge", "each", "truck", "time", "ships", "leave", "quay")
 _CODE = ("def", "return", "for", "in", "if", "else", "while", "import", "class", "self", "items", "count", "total",
          "value", "key", "result", "append", "len", "range", "None", "True", "False", "data", "index", "=", "+=",
          "(", ")", ":", "[", "]", ",", ".")

@@ -117,3 +117,39 @@ def test_hierarchical_unit_is_the_start() -> None:
     assert many_runs is not None and many_starts is not None
     assert many_runs.low < 0 < many_runs.high  # one start a side: the prior's noise decides
     assert many_starts.low > 0
+
+
+def test_report_table_and_pareto_page() -> None:
+    from forklift.tune import report
+    from forklift.tune.slo import parse
+
+    fake = Fake({"base": 1.0, "good": 1.6, "bad": 0.5})
+    out = search.run(cands("base", "good", "bad"), [W], fake, search.Options(budget_s=3000, max_runs=2, confirm=0),
+                     clock=fake.clock)
+    slo = parse("tpot_p95=50")
+    table = report.rows(out, slo)
+    by = {r["candidate"]: r for r in table}
+    assert by["good"]["winner"] and not by["base"]["winner"]
+    lo, hi = by["good"]["goodput_interval"]
+    assert lo < by["good"]["goodput_req_s"] < hi
+    assert by["bad"]["status"] == "stopped early"
+    md = report.markdown(out, slo, table, "t")
+    assert "**good**" in md and "x the baseline" in md
+    page = report.page(out, slo, table, "t")
+    assert page.count("<svg") == 1 and "SLO tpot_p95 50 ms" in page
+
+
+def test_frontier_keeps_only_undominated_points() -> None:
+    from forklift.tune.report import _frontier
+
+    pts = [(10.0, 5.0, "a"), (20.0, 8.0, "b"), (15.0, 9.0, "c"), (5.0, 4.0, "d")]
+    assert [p[2] for p in _frontier(pts)] == ["d", "a", "b"]
+
+
+def test_baseline_win_reports_the_best_challenger() -> None:
+    fake = Fake({"base": 1.0, "close": 0.95}, noise=0.01)
+    out = search.run(cands("base", "close"), [W], fake, search.Options(budget_s=3000, max_runs=2, confirm=0),
+                     clock=fake.clock)
+    v = out.versus_baseline["w"]
+    assert v["verdict"] == "baseline wins" and v["challenger"]["winner"] == "close"
+    assert 0.9 < v["challenger"]["ratio"] < 1.0
