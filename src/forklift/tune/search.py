@@ -260,7 +260,8 @@ def _versus(base: Trial, best: Trial | None, w: str, opts: Options, noise: float
     ratio = None if lb is None or lw is None else lw.value / lb.value
     return {"winner": best.candidate.name, "ratio": None if ratio is None else round(ratio, 4),
             "interval": None if iv is None else [round(1 + iv.low, 4), round(1 + iv.high, 4)],
-            "confidence": opts.confidence, "noise_per_run": round(noise, 4), "verdict": evidence.verdict(iv) if best is not base else "baseline wins",
+            "confidence": opts.confidence, "noise_per_run": round(noise, 4),
+            "verdict": evidence.verdict(iv) if best is not base else "baseline wins",
             "starts": {"baseline": lb.starts if lb else 0, "winner": lw.starts if lw else 0},
             "runs": {"baseline": lb.runs if lb else 0, "winner": lw.runs if lw else 0},
             "zero_goodput_runs": sum(1 for t in (base, best) for s in t.samples
