@@ -31,7 +31,7 @@ def main() -> int:
     shutil.rmtree(folder, ignore_errors=True)
     cands = tuple(sys.argv[3:]) if phase == "confirm" else ()
     req = flow.Request(RECIPE, ("rag", "chat"), SLO, budget, (), 32, 2.0, 15.0 if cands else 20.0, 1 if cands else 2, 3,
-                       1 if cands else 0, False, False, folder, f"tune-{phase}", cands)
+                       1 if cands else 0, False, False, folder, f"tune-{phase}", candidates=cands)
     t0 = time.time()
     result = flow.run(req, on_event=lambda text: print(f"[{time.time() - t0:6.0f}s] {text}", flush=True))
     data = result.to_json() | {"machine": "nvidia-h200 (lent), vLLM 0.26.0, dummy weights", "phase": phase}

@@ -14,7 +14,7 @@ from typing import Any
 from forklift.errors import TuneError
 from forklift.recipe.deployment import Deployment, resolve
 from forklift.tune import apply as apply_mod
-from forklift.tune import report, search, space
+from forklift.tune import evidence, report, search, space
 from forklift.tune.slo import TuneSlo
 from forklift.tune.slo import parse as parse_slo
 from forklift.tune.workloads import Workload
@@ -40,6 +40,8 @@ class Request:
     dry_run: bool = False
     out_dir: Path | None = None
     run_name: str = "tune"
+    prior_noise: float | None = None
+    """Run-to-run noise of one run from a fresh start (log sd) for the intervals; None: compare's vLLM-CPU figure."""
     candidates: tuple[str, ...] = ()
     """Explicit candidates instead of the plan's grid: each a space-separated list of ``serve.KEY=VALUE``."""
 
@@ -66,6 +68,8 @@ class Result:
 
 def prepare(req: Request) -> tuple[Deployment, TuneSlo, list[Workload], space.Space]:
     slo = parse_slo(req.slo)
+    if req.prior_noise is not None and not 0 < req.prior_noise < 5:
+        raise TuneError(f"--prior-noise {req.prior_noise}", fix="Pass the run noise as a fraction (0.05 = 5%).")
     if req.budget_min * 60 < MIN_BUDGET_S and not req.dry_run:
         raise TuneError(f"--budget {req.budget_min:g} minutes is too short for one start and one run",
                         fix=f"Pass --budget {MIN_BUDGET_S / 60:g} or more (minutes).")
@@ -112,10 +116,11 @@ def run(req: Request, *, measurer: search.Measurer | None = None, on_event: Call
         measurer = LiveMeasurer(deployment, slo, folder, run_s=req.run_s, name=req.run_name,
                                 on_event=on_event or (lambda _: None))
     opts = search.Options(budget_s=req.budget_min * 60, max_runs=req.max_runs, confirm=req.confirm,
-                          guess_run_s=req.run_s + 10)
+                          guess_run_s=req.run_s + 10,
+                          prior_noise=req.prior_noise if req.prior_noise is not None else evidence.DEFAULT_PRIOR)
     result.outcome = search.run(sp.candidates, workloads, measurer, opts, clock=clock,
                                 on_event=on_event or (lambda _: None))
-    result.table = report.rows(result.outcome, slo)
+    result.table = report.rows(result.outcome, slo, opts.prior_noise)
     title = f"forklift tune {req.recipe}"
     files = {"json": folder / "tune.json", "md": folder / "tune.md", "html": folder / "pareto.html"}
     files["md"].write_text(report.markdown(result.outcome, slo, result.table, title), encoding="utf-8")

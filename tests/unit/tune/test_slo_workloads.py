@@ -79,3 +79,21 @@ def test_written_jsonl_loads_in_bench(tmp_path: Path) -> None:
     w = workloads.synthetic("agent", count=5)
     got = load_prompt_file(w.write_jsonl(tmp_path / "a.jsonl"), 1, None)
     assert [(p.text, p.output_len) for p in got] == [(r.prompt, r.output_len) for r in w.requests]
+
+
+def test_bad_input_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    from forklift.tune import flow
+
+    def req(**kw: object) -> flow.Request:
+        base: dict[str, object] = {"recipe": "default", "workloads": ("chat",), "slo": "tpot_p95=50",
+                                   "budget_min": 5.0, "out_dir": tmp_path / "out"}
+        return flow.Request(**(base | kw))  # type: ignore[arg-type]
+
+    for bad, match in ((req(prior_noise=9.0), "prior-noise"), (req(budget_min=0.5), "too short"),
+                       (req(candidates=("max_num_seqs=4",)), "not serve.KEY=VALUE"),
+                       (req(workloads=("nope",)), "neither a workload class")):
+        with pytest.raises(TuneError, match=match):
+            flow.run(bad)
+    assert not (tmp_path / "out").exists()
+    dry = flow.run(req(dry_run=True, workloads=("rag",)))
+    assert dry.outcome is None and dry.space.candidates[0].is_baseline and len(dry.space.candidates) > 1
