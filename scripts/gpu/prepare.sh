@@ -5,6 +5,7 @@
 #
 #   bash scripts/gpu/prepare.sh          # build / refresh .dev/c*
 #   FORCE=1 bash scripts/gpu/prepare.sh  # rebuild the slim tarball and the chunks (downloads are kept)
+#   ZSTD_LEVEL=6 bash scripts/gpu/prepare.sh  # faster pack on a busy machine (a larger tarball, one more chunk maybe)
 #
 # Layout (both folders are ignored through .git/info/exclude):
 #   .whl/vllm/   the 303 MB vLLM wheel, its unpacked slim tree, vllm-0.26.0-slim.tar.zst
@@ -23,8 +24,10 @@ TOKENIZER=${TOKENIZER:-$HOME/.cache/forklift/models/smollm2-135m-instruct}
 PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
       --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 
+EXCLUDE=$(git rev-parse --git-path info/exclude)  # a linked worktree's .git is a file: the common dir's
+mkdir -p "$(dirname "$EXCLUDE")"
 for line in /.whl/ /.dev/; do
-  grep -qxF "$line" .git/info/exclude 2>/dev/null || echo "$line" >> .git/info/exclude
+  grep -qxF "$line" "$EXCLUDE" 2>/dev/null || echo "$line" >> "$EXCLUDE"
 done
 mkdir -p .whl/vllm .whl/deps .dev
 command -v zstd >/dev/null || { echo "zstd is needed here" >&2; exit 2; }
@@ -43,7 +46,7 @@ if [ ! -f "$TAR" ] || [ -n "${FORCE:-}" ]; then
   rm -rf .whl/vllm/tree && mkdir -p .whl/vllm/tree
   (cd .whl/vllm/tree && unzip -q "$ROOT/$WHL" \
     && rm -f vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so vllm/vllm-rs vllm/third_party/deep_gemm/_C.cpython-3{10,11,13,14}-*.so \
-    && tar -cf - vllm "vllm-$VLLM_VERSION.dist-info" | zstd -q -19 -T0 -o "$ROOT/$TAR.tmp")
+    && tar -cf - vllm "vllm-$VLLM_VERSION.dist-info" | zstd -q -"${ZSTD_LEVEL:-19}" -T0 -o "$ROOT/$TAR.tmp")
   mv "$TAR.tmp" "$TAR"
 fi
 

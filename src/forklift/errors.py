@@ -272,6 +272,13 @@ class CanaryError(ForkliftError):
     exit_code = 2
 
 
+class TuneError(ForkliftError):
+    """``forklift tune`` could not run at all: a bad SLO or workload, no candidate the plan says fits, a budget too
+    small for one measurement (exit 2). A candidate that fails to start is a row of the result, not this error."""
+
+    exit_code = 2
+
+
 class DoctorError(ForkliftError):
     """Doctor could not read its inputs or its knowledge base."""
 

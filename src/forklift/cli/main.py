@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("bench", "Measure TTFT / TPOT / ITL and throughput against a run or a URL."),
     "compare": ("compare", "Compare two saved bench results (or check reports): per metric, change and interval."),
     "canary": ("canary", "Try a change (vLLM, image, setting) against the running baseline; keep it or roll back."),
+    "tune": ("tune", "Measure candidate settings the plan says fit on a workload under an SLO; write the winner."),
     "monitor": ("monitor", "Export a run's Prometheus scrape config, alert rules and Grafana dashboard."),
     "doctor": ("doctor", "Say what broke a start and the fix, from a run, log files or stdin."),
     "supervise": ("supervise", "Keep a run serving: probe it, restart it whole with backoff and a cap, alert."),

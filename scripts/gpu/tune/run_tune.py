@@ -1,0 +1,46 @@
+"""ON THE DEVICE (after scripts/gpu/device_stage.sh, with $HOME/stage/env.sh sourced): ``forklift tune``'s
+library on the llama8b-like dummy-weight recipe (vLLM 0.26.0, one H200), two workloads benched against every
+candidate start (rag first: the candidates come from it; then chat), 32 users, the SLO stated before any run.
+
+    python3 scripts/gpu/tune/run_tune.py search BUDGET_MIN            # the plan's candidates, budgeted search
+    python3 scripts/gpu/tune/run_tune.py confirm BUDGET_MIN "SETS"    # baseline and SETS restarted A/B/A/B
+
+Writes $OUT/tune-PHASE.json (the whole result), tune-PHASE.md and pareto-PHASE.html.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from forklift.tune import flow
+
+RECIPE = "scripts/gpu/recipes/llama8b-bf16.yaml"
+SLO = "ttft_p95=1000,tpot_p95=20"
+"""Interactive: first token within 1 s and 50 tokens/s per stream at p95 (stated before measuring)."""
+
+
+def main() -> int:
+    phase, budget = sys.argv[1], float(sys.argv[2])
+    out = Path(os.environ.get("OUT", "/tmp/out"))
+    folder = Path("/tmp/tune") / phase
+    shutil.rmtree(folder, ignore_errors=True)
+    cands = tuple(sys.argv[3:]) if phase == "confirm" else ()
+    req = flow.Request(RECIPE, ("rag", "chat"), SLO, budget, (), 32, 2.0, 15.0 if cands else 20.0, 1 if cands else 2, 3,
+                       1 if cands else 0, False, False, folder, f"tune-{phase}", candidates=cands)
+    t0 = time.time()
+    result = flow.run(req, on_event=lambda text: print(f"[{time.time() - t0:6.0f}s] {text}", flush=True))
+    data = result.to_json() | {"machine": "nvidia-h200 (lent), vLLM 0.26.0, dummy weights", "phase": phase}
+    (out / f"tune-{phase}.json").write_text(json.dumps(data, indent=2))
+    shutil.copy(folder / "tune.md", out / f"tune-{phase}.md")
+    shutil.copy(folder / "pareto.html", out / f"pareto-{phase}.html")
+    print((folder / "tune.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

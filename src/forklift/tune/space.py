@@ -1,0 +1,209 @@
+"""The candidates ``tune`` may measure: the settings the plan says fit, ranked by the plan's roofline.
+
+Knobs (each a typed recipe field): ``serve.max_num_seqs``, ``serve.max_num_batched_tokens`` (vLLM's V1 engine
+always chunks prefills; this is the chunk, so it is also the chunked-prefill threshold), ``serve.kv_cache_dtype``
+(fp8 on CUDA only) and ``serve.enable_prefix_caching``. The recipe as given is the baseline: vLLM's defaults for
+every knob it leaves unset, which the plan states (``Plan.max_num_seqs``, ``Plan.max_num_batched_tokens``).
+CUDA-graph capture sizes have no typed field in the recipe, so they are not searched (the note says so).
+
+Pruning, before anything starts: a value equivalent to the baseline at the workload's concurrency is dropped
+(``max_num_seqs`` at or above the number of users), a candidate whose plan does not fit or that the planner
+refuses is dropped with its reason, and ``max_num_seqs`` whose requests' KV would not fit the planned pool is
+dropped. Ranking: a small model of the workload on the plan's roofline (decode step time interpolated between
+the single-stream and the batched bound, prefill at the plan's compute bound, queueing when ``max_num_seqs`` is
+below the users), giving a predicted goodput under the SLO; the search measures in that order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from forklift.errors import ForkliftError
+from forklift.plan import Plan, Unplanned, for_launch
+from forklift.recipe.deployment import Deployment
+from forklift.tune.slo import TuneSlo
+from forklift.tune.workloads import Workload
+
+TOKENS_PER_WORD = 1.3
+MNBT_VALUES = (256, 512, 1024, 2048, 4096, 8192, 16384)
+PlanFn = Callable[[Deployment], Plan | Unplanned]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    sets: tuple[str, ...]
+    predicted: float = 0.0
+    """The plan's predicted goodput (requests/s) under the SLO: the ranking, not a measurement."""
+    why: str = ""
+    plan_facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_baseline(self) -> bool:
+        return not self.sets
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "sets": list(self.sets), "predicted_goodput_req_s": round(self.predicted, 4),
+                "why": self.why, "plan": self.plan_facts}
+
+
+@dataclass(frozen=True)
+class Space:
+    candidates: tuple[Candidate, ...]
+    """The baseline first, then the rest in the plan's order."""
+    pruned: tuple[tuple[str, str], ...]
+    """(sets, reason) of every candidate the plan dropped."""
+    notes: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"candidates": [c.to_json() for c in self.candidates],
+                "pruned": [{"sets": s, "reason": r} for s, r in self.pruned], "notes": list(self.notes)}
+
+
+def predict(plan: Plan, workload: Workload, slo: TuneSlo) -> float:
+    """Predicted goodput (req/s) of the workload on this plan: a ranking aid (see the module's doc)."""
+    users = workload.concurrency
+    batch = max(1, min(plan.max_num_seqs, users))
+    single = max(plan.roofline.decode_tok_s_single, 1e-9)
+    t1 = 1.0 / single
+    big = max(1, plan.roofline.concurrency)
+    t_big = big / max(plan.roofline.decode_tok_s_aggregate, 1e-9)
+    step = t1 + (t_big - t1) * (batch - 1) / (big - 1) if big > 1 else t1
+    prompt = workload.mean_words * TOKENS_PER_WORD
+    out = max(1.0, workload.mean_output)
+    prefill_rate = max(plan.roofline.prefill_tok_s, 1e-9)
+    chunk = min(plan.max_num_batched_tokens, prompt)
+    tpot = step + (batch / out) * prompt / prefill_rate  # mean: every new request's prefill shared over the steps
+    tpot_tail = step + chunk / prefill_rate  # a step that carries a whole chunk
+    service = out * tpot + prompt / prefill_rate
+    ttft = prompt / prefill_rate + max(0.0, users / batch - 1) * service  # queueing for a slot
+    rate = batch / service
+    limits = slo.per_request()
+    ok = 1.0
+    if limits.tpot_ms is not None and tpot_tail * 1000 > limits.tpot_ms:
+        ok *= min(1.0, limits.tpot_ms / (tpot_tail * 1000)) ** 4
+    if limits.ttft_ms is not None and ttft * 1000 > limits.ttft_ms:
+        ok *= min(1.0, limits.ttft_ms / (ttft * 1000)) ** 4
+    if limits.e2e_ms is not None and (ttft + service) * 1000 > limits.e2e_ms:
+        ok *= min(1.0, limits.e2e_ms / ((ttft + service) * 1000)) ** 4
+    return rate * ok
+
+
+def _facts(plan: Plan) -> dict[str, Any]:
+    return {"max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens,
+            "kv_cache_dtype": plan.kv_cache_dtype, "kv_tokens": plan.kv_tokens, "fits": plan.fits,
+            "decode_tok_s_aggregate": plan.roofline.decode_tok_s_aggregate}
+
+
+def _label(sets: tuple[str, ...]) -> str:
+    if not sets:
+        return "baseline"
+    return " ".join(s.removeprefix("serve.").replace("max_num_batched_tokens", "mnbt")
+                    .replace("enable_prefix_caching", "prefix_caching") for s in sets)
+
+
+def build(deployment: Deployment, workload: Workload, slo: TuneSlo, *, plan_fn: PlanFn = for_launch,
+          max_candidates: int = 8, explicit: Sequence[Sequence[str]] = ()) -> Space:
+    """The baseline and up to ``max_candidates`` others, pruned and ranked by the plan (see the module's doc).
+    ``explicit``: these candidates (``serve.*`` sets each) instead of the grid, still checked by the plan and
+    kept in the given order."""
+    from forklift.errors import TuneError
+
+    base_plan = plan_fn(deployment)
+    if not isinstance(base_plan, Plan) or not base_plan.fits:
+        why = base_plan.error if isinstance(base_plan, Unplanned) else base_plan.error
+        raise TuneError(f"the recipe itself has no plan that fits ({why})",
+                        fix="Make `forklift plan RECIPE` fit first; tune searches around a deployment that starts.")
+    serve = deployment.recipe.serve
+    users = workload.concurrency
+    notes = ["CUDA-graph capture sizes are not searched: the recipe has no typed field for them",
+             f"chunked prefill: vLLM's V1 engine always chunks; max_num_batched_tokens "
+             f"(baseline {base_plan.max_num_batched_tokens}) is the chunk"]
+    prompt_tokens = workload.mean_words * TOKENS_PER_WORD
+    per_request_kv = prompt_tokens + workload.mean_output
+    pruned: list[tuple[str, str]] = []
+
+    seqs: list[int | None] = [None]
+    for v in sorted({max(1, users // 4), max(1, users // 2)}):
+        if v >= base_plan.max_num_seqs:
+            pruned.append((f"serve.max_num_seqs={v}", f"not below the baseline's {base_plan.max_num_seqs}"))
+        elif v >= users:
+            pruned.append((f"serve.max_num_seqs={v}", f"the workload has only {users} users"))
+        else:
+            seqs.append(v)
+    if base_plan.max_num_seqs > users:
+        pruned.append((f"serve.max_num_seqs>={users}", f"same as the baseline's {base_plan.max_num_seqs} at "
+                       f"{users} users"))
+    elif base_plan.kv_tokens >= users * per_request_kv:
+        seqs.append(users)
+    else:
+        pruned.append((f"serve.max_num_seqs={users}", f"{users} requests of ~{per_request_kv:.0f} tokens exceed "
+                       f"the planned KV pool ({base_plan.kv_tokens} tokens)"))
+    mnbt: list[int | None] = [None]
+    for v in MNBT_VALUES:
+        if v == base_plan.max_num_batched_tokens:
+            continue
+        if v > max(2 * prompt_tokens, base_plan.max_num_batched_tokens) or v > base_plan.max_model_len * 4:
+            pruned.append((f"serve.max_num_batched_tokens={v}", f"above twice the mean prompt ({prompt_tokens:.0f})"))
+            continue
+        if v < base_plan.max_num_batched_tokens // 8:
+            pruned.append((f"serve.max_num_batched_tokens={v}", "below an eighth of the baseline's chunk"))
+            continue
+        mnbt.append(v)
+    kv: list[str | None] = [None]
+    if base_plan.platform == "cuda" and serve.kv_cache_dtype == "auto":
+        kv.append("fp8")
+    elif base_plan.platform != "cuda":
+        notes.append("fp8 KV is not offered: vLLM-CPU")
+    prefix: list[bool | None] = [None]
+    if serve.enable_prefix_caching is not None:
+        prefix.append(not serve.enable_prefix_caching)
+    elif not workload.shared_prefix:
+        prefix.append(False)
+    else:
+        notes.append("prefix caching: vLLM's default (on) kept for a workload with shared prefixes")
+
+    combos: list[tuple[str, ...]] = [tuple(c) for c in explicit]
+    for s, m, k, p in [] if explicit else itertools.product(seqs, mnbt, kv, prefix):
+        sets: list[str] = []
+        if s is not None:
+            sets.append(f"serve.max_num_seqs={s}")
+        if m is not None:
+            if s is not None and m < s:
+                continue
+            sets.append(f"serve.max_num_batched_tokens={m}")
+        if k is not None:
+            sets.append(f"serve.kv_cache_dtype={k}")
+        if p is not None:
+            sets.append(f"serve.enable_prefix_caching={str(p).lower()}")
+        if len(sets) <= 2:  # one or two knobs away from the baseline: the search stays local
+            combos.append(tuple(sets))
+
+    scored: list[Candidate] = []
+    base = Candidate("baseline", (), predict(base_plan, workload, slo), "the recipe as given (vLLM's defaults "
+                     "where it sets nothing)", _facts(base_plan))
+    for combo in combos:
+        if not combo:
+            continue
+        try:
+            plan = plan_fn(deployment.with_sets(list(combo)))
+        except ForkliftError as exc:
+            pruned.append((" ".join(combo), f"the planner refuses it: {exc}"))
+            continue
+        if not isinstance(plan, Plan):
+            pruned.append((" ".join(combo), f"no plan: {plan.error}"))
+            continue
+        if not plan.fits:
+            pruned.append((" ".join(combo), f"does not fit: {plan.error}"))
+            continue
+        scored.append(Candidate(_label(combo), combo, predict(plan, workload, slo), "", _facts(plan)))
+    if not explicit:
+        scored.sort(key=lambda c: (-c.predicted, len(c.sets), c.name))
+    if len(scored) > max_candidates:
+        pruned += [(" ".join(c.sets), f"ranked {i + 1} of {len(scored)} by the plan (keeping {max_candidates})")
+                   for i, c in enumerate(scored) if i >= max_candidates]
+        scored = scored[:max_candidates]
+    return Space((base, *scored), tuple(pruned), tuple(notes))
