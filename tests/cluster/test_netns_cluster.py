@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,9 @@ pytestmark = pytest.mark.cluster
 
 PORT = 8000
 MASTER_PORT = 29511
+RECOVERY_BOUND_S = 900.0
+"""kill -9 of the worker rank -> serving again: detection (3 s interval) + down + backoff (1 s) + an eager pp=2
+start (about 100 s here, several minutes on 2 shared, busy cores)."""
 
 
 def _recipe(net: NetCluster, *, extra_node: str = "") -> Path:
@@ -41,6 +46,7 @@ serve: {{host: 10.231.0.1, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 
 network: {{master_port: {MASTER_PORT}, gloo_socket_ifname: fl0}}
 timeouts: {{ready_s: 900}}
 patches: [cpu-pp-eager-buffers]  # vLLM-CPU's pp > 1 under enforce_eager needs it (the catalog entry says why)
+supervise: {{interval_s: 3, token_timeout_s: 120, backoff_s: 1, max_restarts: 1, memory_check: never}}
 """)
     return path
 
@@ -114,27 +120,99 @@ def _chat(net: NetCluster, prompt: str, host: str = "10.231.0.1", api_key: str =
     return res.stdout
 
 
-@pytest.mark.timeout(3600)
-def test_pp2_across_two_nodes_answers_and_down_leaves_nothing(net: NetCluster) -> None:
+@dataclass
+class Deployment:
+    """The module's one pp=2 deployment (two ranks on two cores: the tests below share it)."""
+
+    info: dict[str, object]
+    supervisor: subprocess.Popen[bytes] | None = None
+
+
+@pytest.fixture(scope="module")
+def pp2(net: NetCluster) -> Iterator[Deployment]:
     t0 = time.monotonic()
     res = forklift(net, "up", str(_recipe(net)), "--name", "pp2", "--json")
     assert res.returncode == 0, f"up failed:\n{res.stdout}\n{res.stderr[-4000:]}"
-    info = json.loads(res.stdout)
-    assert {r["host"] for r in info["ranks"]} == {"node-a", "node-b"}
-    print(f"\npp=2 ready in {info['ready_s']:.0f} s ({time.monotonic() - t0:.0f} s with preflight)")
-    record = json.loads((net.tmp / "home" / "runs" / "pp2" / "record.json").read_text())
+    dep = Deployment(json.loads(res.stdout))
+    print(f"\npp=2 ready in {dep.info['ready_s']:.0f} s ({time.monotonic() - t0:.0f} s with preflight)")
     try:
-        # the patch went into the venv both nodes run (a copy: the suite's own venv stays as installed)
-        assert {(p["id"], p["host"]) for p in record["patches"]} >= {("cpu-pp-eager-buffers", "node-a")}
-        assert "4" in _chat(net, "What is 2+2?")
-        status = forklift(net, "status", "pp2", "--json")
-        assert json.loads(status.stdout)["alive_ranks"] == [0, 1]
-        logs = forklift(net, "logs", "pp2", "--rank", "1")
-        assert "Worker_PP1" in logs.stdout  # rank 1's own log, read on node-b over ssh
+        yield dep
     finally:
-        down = forklift(net, "down", "pp2", "--json")
+        forklift(net, "down", "pp2")  # a no-op once the last test below stopped it
+        if dep.supervisor is not None and dep.supervisor.poll() is None:
+            os.killpg(dep.supervisor.pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(3600)
+def test_pp2_across_two_nodes_answers(net: NetCluster, pp2: Deployment) -> None:
+    assert {r["host"] for r in pp2.info["ranks"]} == {"node-a", "node-b"}  # type: ignore[attr-defined]
+    record = json.loads((net.tmp / "home" / "runs" / "pp2" / "record.json").read_text())
+    # the patch went into the venv both nodes run (a copy: the suite's own venv stays as installed)
+    assert {(p["id"], p["host"]) for p in record["patches"]} >= {("cpu-pp-eager-buffers", "node-a")}
+    assert "4" in _chat(net, "What is 2+2?")
+    status = forklift(net, "status", "pp2", "--json")
+    assert json.loads(status.stdout)["alive_ranks"] == [0, 1]
+    logs = forklift(net, "logs", "pp2", "--rank", "1")
+    assert "Worker_PP1" in logs.stdout  # rank 1's own log, read on node-b over ssh
+
+
+def _rank(net: NetCluster, rank: int) -> dict[str, object]:
+    record = json.loads((net.tmp / "home" / "runs" / "pp2" / "record.json").read_text())
+    return next(r for r in record["ranks"] if r["rank"] == rank)
+
+
+def _tail(net: NetCluster) -> str:
+    return (net.tmp / "supervisor.out").read_text(errors="replace")[-4000:]
+
+
+def _supervisor(net: NetCluster) -> dict[str, object]:
+    res = forklift(net, "status", "pp2", "--json")
+    assert res.returncode == 0, res.stderr
+    sup = json.loads(res.stdout)["supervisor"]
+    assert isinstance(sup, dict), res.stdout
+    return sup
+
+
+@pytest.mark.timeout(3600)
+def test_a_killed_worker_rank_restarts_the_whole_deployment(net: NetCluster, pp2: Deployment) -> None:
+    """`forklift supervise pp2` attached to the serving run (on node-a, the head, as the unit runs it): kill -9 of
+    rank 1's process group on node-b -> the supervisor sees it over SSH, stops what is left, starts both ranks
+    again from the run record (worker first) and a chat answers again."""
+    out = open(net.tmp / "supervisor.out", "wb")  # noqa: SIM115 - the supervisor's output, read on failure
+    pp2.supervisor = subprocess.Popen(_forklift_argv(net, "supervise", "pp2"), env=_env(net), stdout=out,  # noqa: S603
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while (sup := _supervisor(net))["state"] != "watching" or not sup["running"]:
+        assert time.monotonic() < deadline and pp2.supervisor.poll() is None, (sup, _tail(net))
+        time.sleep(1)
+    worker = _rank(net, 1)
+    os.killpg(int(str(worker["pgid"])), signal.SIGKILL)  # namespaces share the pid space: this is rank 1 on node-b
+    killed = time.monotonic()
+    while not ((sup := _supervisor(net)).get("last_recovery_at") and sup["state"] == "watching"):
+        assert time.monotonic() - killed < RECOVERY_BOUND_S, (sup, _tail(net))
+        assert pp2.supervisor.poll() is None, _tail(net)
+        time.sleep(2)
+    assert "4" in _chat(net, "What is 2+2?")
+    took = time.monotonic() - killed
+    print(f"\npp=2 worker rank killed -> serving again in {took:.0f} s (the supervisor: {sup['last_recovery_s']} s "
+          f"from noticing); cause: {sup['last_cause']}")
+    assert "rank 1" in str(sup["last_cause"]) and "node-b" in str(sup["last_cause"]), sup
+    assert "probing again" not in (net.tmp / "supervisor.out").read_text(errors="replace")  # acted on at once
+    assert sup["restarts_in_window"] == 1 and Path(str(sup["incident_logs"])).is_dir()
+    assert any("node-b" in p.name for p in Path(str(sup["incident_logs"])).iterdir())  # the worker's log kept
+    status = json.loads(forklift(net, "status", "pp2", "--json").stdout)
+    assert status["status"] == "ready" and status["alive_ranks"] == [0, 1]
+    assert _rank(net, 1)["pid"] != worker["pid"]  # a new worker rank, started on node-b again
+
+
+def test_down_stops_the_supervisor_first_and_leaves_nothing(net: NetCluster, pp2: Deployment) -> None:
+    down = forklift(net, "down", "pp2", "--json")
     assert down.returncode == 0, down.stderr
-    assert json.loads(down.stdout)["was_running"] is True
+    result = json.loads(down.stdout)
+    assert result["was_running"] is True
+    if pp2.supervisor is not None:  # the test above attached one: `down` stops it before the ranks
+        assert "supervisor pid" in str(result["supervisor"]), result
+        pp2.supervisor.wait(30)  # gone (TimeoutExpired otherwise)
     _nothing_left(net)
     again = forklift(net, "down", "pp2")
     assert again.returncode == 0 and "not running" in again.stdout

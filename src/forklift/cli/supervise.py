@@ -18,7 +18,8 @@ def supervise_cmd(name: NameArg = None) -> None:
     from forklift.supervise import Supervisor
 
     def say(line: str) -> None:
-        err_console.print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}", highlight=False, markup=False)
+        err_console.print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}", highlight=False, markup=False,
+                          soft_wrap=True)
 
     supervisor = Supervisor(resolve_name(name), say=say)
     note = supervisor.run(os.getpid())

@@ -86,6 +86,7 @@ def stop_group(runner: Runner, pgid: int, *, grace_s: float,
     if not pgid_alive(runner, pgid):
         return "gone"
     signal_group(runner, pgid, "TERM")
+    signal_group(runner, pgid, "CONT")  # a stopped member (SIGSTOP, state T) handles its SIGTERM once continued
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if not pgid_alive(runner, pgid):

@@ -34,6 +34,7 @@ def spawn(record: RunRecord, mem_before: Mapping[str, int], *, runner: Runner | 
     state.baseline_mem_available = dict(mem_before)
     state.state = "starting"
     state.gave_up = None
+    state.startup_findings = []  # this start succeeded: no failed start in a row any more
     state.started_at = time.time()
     save_state(state)
     spawned = runner.spawn(command(record.name), log_path=str(run_dir(record.name) / SUPERVISOR_LOG))

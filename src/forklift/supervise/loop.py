@@ -83,6 +83,8 @@ class Supervisor:
         self.record = load(name)
         self._runners = dict(runners) if runners is not None else None
         self._made: tuple[str, Mapping[int, Runner]] | None = None
+        self._rank_gone = False
+        """Whether the last probe found a rank's process gone (acted on at once, never re-probed first)."""
         self.state = load_state(name) or SupervisorState(name=name)
 
     @property
@@ -140,9 +142,10 @@ class Supervisor:
         return None
 
     def confirmed(self, cause: str | None) -> str | None:
-        """A dead rank is acted on at once; a slow /health or a failed probe only when the next probe, a few seconds
-        later, fails too (a loaded machine answers late once in a while: restarting for it would cost minutes)."""
-        if cause is None or cause.startswith("dead"):
+        """A dead rank (the whole run, or one rank whose process is gone while the others run) is acted on at once;
+        a slow /health or a failed probe only when the next probe, a few seconds later, fails too (a loaded machine
+        answers late once in a while: restarting for it would cost minutes)."""
+        if cause is None or cause.startswith("dead") or self._rank_gone:
             return cause
         self.say(f"probe failed ({cause}); probing again before acting")
         self.sleep(min(self.cfg.interval_s, CONFIRM_S))
@@ -150,6 +153,7 @@ class Supervisor:
 
     def _processes(self) -> str | None:
         st = status(self.record, self.runners)
+        self._rank_gone = bool(st.dead_ranks)
         if st.status == "ready":
             return None
         return f"{st.status}: " + ("; ".join(st.problems) or f"record status {self.record.status}")
@@ -317,7 +321,8 @@ class Supervisor:
             cause = self.check()
             if cause is not None:
                 self.recover(cause)
-            else:
+            else:  # it serves: whatever start failed before, the last one did not
+                self.state.startup_findings = []
                 self.state.boot_ids = self._boot_ids()
                 self._save("watching")
             while True:
