@@ -20,14 +20,7 @@ from dataclasses import dataclass
 
 from forklift import paths
 from forklift.runner import Runner
-from forklift.supervise.service import (
-    _CARRIED,
-    UNIT_DIR,
-    Action,
-    ServicePlan,
-    _absolute,
-    render_unit,
-)
+from forklift.supervise.service import UNIT_DIR, Action, ServicePlan, carried_environment, render_unit
 
 STOP_S = 10
 """How long the watcher gives the proxy to stop (gateway.ops.serve stops its group with this grace)."""
@@ -45,7 +38,7 @@ def install_plan(*, port: int, url: str, watcher_argv: Sequence[str], environ: M
     env = dict(os.environ if environ is None else environ)
     unit = unit_name(port)
     unit_path = f"{unit_dir.rstrip('/')}/{unit}"
-    carried = {k: _absolute(env[k]) for k in _CARRIED if env.get(k)}
+    carried = carried_environment(env)
     text = render_unit(f"gateway-{port}", argv=list(watcher_argv), home=str(paths.home().resolve()),
                        user=user or getpass.getuser(), environment=carried, credentials=None, stop_s=STOP_S)
     lines = text.splitlines()

@@ -63,6 +63,11 @@ def render_unit(name: str, *, argv: Sequence[str], home: str, user: str, environ
     return "\n".join(lines)
 
 
+def carried_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables a unit carries from the installing shell (FORKLIFT_CACHE, PYTHONPATH, HF_*), paths absolute."""
+    return {k: _absolute(env[k]) for k in _CARRIED if env.get(k)}
+
+
 def _absolute(value: str) -> str:
     """Relative paths made absolute (a unit runs from /): each part of a PATH-like list that names a path."""
     parts = value.split(os.pathsep)
@@ -118,7 +123,7 @@ def install_plan(record: RunRecord, *, unit_dir: str = UNIT_DIR, credentials_dir
     unit_path = f"{unit_dir.rstrip('/')}/{unit}"
     var = record.api_key_env
     cred_path = f"{credentials_dir.rstrip('/')}/{name}.env" if var else None
-    carried = {k: _absolute(env[k]) for k in _CARRIED if env.get(k)}
+    carried = carried_environment(env)
     text = render_unit(name, argv=command(name, python), home=str(paths.home().resolve()),
                        user=user or getpass.getuser(), environment=carried, credentials=cred_path,
                        stop_s=record.recipe.timeouts.stop_s, description=f"{record.served_name} at {record.endpoint}")
