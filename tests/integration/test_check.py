@@ -58,9 +58,11 @@ def test_quick_tier_verdicts_on_the_default_deployment(served: Served) -> None:
     completion = checks["completion"]
     # The arithmetic and colour prompts are right on every CPU; "capital of France" is borderline for this tiny
     # model under vLLM-CPU's eager kernels (one machine answers "Paris", another "L'Étoile, ..." to the token
-    # limit: ENGINE-NOTES), so a fail there must be that answer, judged from real evidence, not a broken check.
+    # limit: ENGINE-NOTES). One answer running to the limit while the others stop is a wrong answer (warn), never a
+    # failure, so anything but ok must be that answer, judged from real evidence.
     assert len(completion["evidence"]) == 3
-    if completion["status"] == "fail":
+    if completion["status"] != "ok":
+        assert completion["status"] == "warn", completion["summary"]
         assert "What is the capital of France?" in completion["summary"]
         assert "2+2" not in completion["summary"] and "colors" not in completion["summary"]
     for c in checks.values():

@@ -63,38 +63,62 @@ def score(resp: ChatCompletion, known: KnownAnswer) -> tuple[list[str], bool]:
     return hard, contains_answer(content, known.any_of)
 
 
+LENGTH = "finish_reason 'length', expected 'stop'"
+
+
+@dataclass(frozen=True)
+class Answered:
+    """One prompt's outcome: its hard problems and whether the expected content was there."""
+
+    prompt: str
+    problems: tuple[str, ...]
+    right: bool
+
+
+def judge(answers: list[Answered], request_failures: list[str], evidence: list[Evidence],
+          seconds: float) -> CheckResult:
+    """The verdict over every prompt (pure). An answer that only ran to max_tokens, while most answers stopped on
+    their own, is the model rambling on that prompt (the stop token works), so it counts as a wrong answer, not a
+    serving failure; when most answers run to the limit, stopping itself is broken and that is a failure."""
+    n = len(PROMPTS)
+    ran_long = [a.prompt for a in answers if a.problems == (LENGTH,)]
+    rambled = set(ran_long) if 2 * len(ran_long) < n else set()
+    hard = list(request_failures) + [f"{a.prompt!r}: {p}" for a in answers if a.prompt not in rambled
+                                     for p in a.problems]
+    wrong = [a.prompt for a in answers if not a.right or a.prompt in rambled]
+    if hard:
+        fix = ("Raise max_tokens or check the reasoning parser." if any("reasoning" in h for h in hard)
+               else "Look at the evidence; `forklift logs` shows the engine side.")
+        return CheckResult("completion", "fail", "; ".join(hard), evidence=evidence, fix=fix, seconds=seconds)
+    note = (f" ({', '.join(repr(p) for p in ran_long)} ran to max_tokens while the others stopped: the model "
+            "rambled, the stop token works)" if rambled else "")
+    if len(wrong) * 2 > n:
+        return CheckResult("completion", "fail", f"{n - len(wrong)}/{n} known answers right; wrong: "
+                           + ", ".join(repr(w) for w in wrong) + note, evidence=evidence,
+                           fix="Check the chat template and the weights (a wrong template gives fluent nonsense).",
+                           seconds=seconds)
+    if wrong:
+        return CheckResult("completion", "warn", f"{n - len(wrong)}/{n} known answers right; wrong: "
+                           + ", ".join(repr(w) for w in wrong) + note, evidence=evidence, seconds=seconds)
+    return CheckResult("completion", "ok", f"{n}/{n} known answers right, finish_reason stop, usage consistent",
+                       evidence=evidence, seconds=seconds)
+
+
 def check_completion(s: Session) -> CheckResult:
     t0 = time.monotonic()
     budget = REASONING_MAX_TOKENS if s.target.reasoning_parser else MAX_TOKENS
     evidence: list[Evidence] = []
-    hard: list[str] = []
-    wrong: list[str] = []
+    failures: list[str] = []
+    answers: list[Answered] = []
     for known in PROMPTS:
         try:
             resp, ev = s.chat(known.prompt, messages=[{"role": "user", "content": known.prompt}],
                               max_tokens=budget, temperature=0)
         except RequestFailed as exc:
             evidence.append(exc.evidence)
-            hard.append(f"{known.prompt!r}: request failed: {exc.response}")
+            failures.append(f"{known.prompt!r}: request failed: {exc.response}")
             continue
         evidence.append(ev)
         problems, right = score(resp, known)
-        hard += [f"{known.prompt!r}: {p}" for p in problems]
-        if not right:
-            wrong.append(known.prompt)
-    seconds = time.monotonic() - t0
-    n = len(PROMPTS)
-    if hard:
-        fix = ("Raise max_tokens or check the reasoning parser." if any("reasoning" in h for h in hard)
-               else "Look at the evidence; `forklift logs` shows the engine side.")
-        return CheckResult("completion", "fail", "; ".join(hard), evidence=evidence, fix=fix, seconds=seconds)
-    if len(wrong) * 2 > n:
-        return CheckResult("completion", "fail", f"{n - len(wrong)}/{n} known answers right; wrong: "
-                           + ", ".join(repr(w) for w in wrong), evidence=evidence,
-                           fix="Check the chat template and the weights (a wrong template gives fluent nonsense).",
-                           seconds=seconds)
-    if wrong:
-        return CheckResult("completion", "warn", f"{n - len(wrong)}/{n} known answers right; wrong: "
-                           + ", ".join(repr(w) for w in wrong), evidence=evidence, seconds=seconds)
-    return CheckResult("completion", "ok", f"{n}/{n} known answers right, finish_reason stop, usage consistent",
-                       evidence=evidence, seconds=seconds)
+        answers.append(Answered(known.prompt, tuple(problems), right))
+    return judge(answers, failures, evidence, time.monotonic() - t0)

