@@ -20,6 +20,7 @@ A replay: a JSONL of prompts (``forklift bench --prompts``' format); its concurr
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import random
@@ -101,7 +102,9 @@ def synthetic(kind: str, *, count: int = 64, seed: int = 0, size: float = 1.0,
               max_prompt_words: int | None = None) -> Workload:
     """One of ``CLASSES``, ``count`` requests (see the module's doc). TuneError for an unknown class."""
     if kind not in CLASSES:
-        raise TuneError(f"--workload {kind!r} is neither a workload class nor an existing file",
+        close = difflib.get_close_matches(kind, list(CLASSES), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TuneError(f"--workload {kind!r} is neither a workload class nor an existing file{hint}",
                         fix=f"Pass one of {', '.join(CLASSES)} or a JSONL file of prompts.")
     if count < 1 or size <= 0:
         raise TuneError(f"a workload of {count} requests at size {size}", fix="Pass count >= 1 and size > 0.")

@@ -64,6 +64,8 @@ def test_synthetic_is_seeded_and_scaled() -> None:
 def test_unknown_class_and_replay(tmp_path: Path) -> None:
     with pytest.raises(TuneError, match="neither a workload class"):
         workloads.resolve("chit-chat")
+    with pytest.raises(TuneError, match="did you mean 'chat'"):
+        workloads.resolve("chatt")
     f = tmp_path / "trace.jsonl"
     f.write_text(json.dumps({"prompt": "hi", "max_tokens": 7}) + "\n\n" + json.dumps({"prompt": "yo"}) + "\n")
     w = workloads.resolve(str(f), concurrency=3)
