@@ -7,9 +7,12 @@ other user files keep ``yaml.safe_load`` (its error messages are the ones the re
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from ruamel.yaml import YAML
 
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -52,3 +55,19 @@ def check_plain(data: Any, where: str = "") -> None:
     elif not isinstance(data, _PLAIN):
         raise ValueError(f"{where or '(top level)'}: a YAML {type(data).__name__} value is not allowed here; "
                          "write it as quoted text")
+
+
+def round_trip(text: str) -> YAML:
+    """A ruamel round-trip YAML for rewriting ``text`` in place (``net apply``, ``tune --apply``): quotes and
+    comments kept, no line folding, and the file's own sequence indentation (``- `` under its key or indented)."""
+    import re
+
+    from ruamel.yaml import YAML  # only the commands that rewrite a file pay for the import
+
+    y = YAML(typ="rt")
+    y.preserve_quotes = True
+    y.width = 4096
+    dash = re.search(r"^( *)- ", text, re.MULTILINE)
+    offset = len(dash.group(1)) if dash else 0
+    y.indent(mapping=2, sequence=2 + offset, offset=offset)
+    return y

@@ -11,13 +11,11 @@ from __future__ import annotations
 import difflib
 import io
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import SingleQuotedScalarString
 
@@ -27,6 +25,7 @@ from forklift.net.target import Target
 from forklift.recipe import cluster_file
 from forklift.recipe.deployment import resolve
 from forklift.recipe.load import read_text
+from forklift.yamlio import round_trip
 
 NODE_KEYS = ("nccl_socket_ifname", "gloo_socket_ifname", "nccl_ib_hca")
 
@@ -45,16 +44,6 @@ class Change:
     def diff(self) -> str:
         return "".join(difflib.unified_diff(self.before.splitlines(keepends=True), self.after.splitlines(keepends=True),
                                             fromfile=str(self.path), tofile=f"{self.path} (net apply)"))
-
-
-def _yaml(text: str) -> YAML:
-    y = YAML(typ="rt")
-    y.preserve_quotes = True
-    y.width = 4096
-    dash = re.search(r"^( *)- ", text, re.MULTILINE)
-    offset = len(dash.group(1)) if dash else 0
-    y.indent(mapping=2, sequence=2 + offset, offset=offset)
-    return y
 
 
 def _scalar(value: str) -> Any:
@@ -134,7 +123,7 @@ def plan(target: Target, derived: Mapping[str, NodeSettings], *, gid_index: bool
                               "nodes, and pass its path.")
     path = target.writes
     before = read_text(path)
-    y = _yaml(before)
+    y = round_trip(before)
     doc = y.load(before) or CommentedMap()
     if not isinstance(doc, CommentedMap):
         raise RecipeError(f"{path}: not a YAML mapping", source=str(path),

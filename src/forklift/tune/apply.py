@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import difflib
 import io
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
 from forklift.errors import RecipeError, TuneError
 from forklift.recipe.load import parse_override, read_text, validate
-from forklift.yamlio import load_user
+from forklift.yamlio import load_user, round_trip
 
 MARK = "forklift tune"
 
@@ -34,24 +32,13 @@ class Change:
                                             fromfile=str(self.path), tofile=f"{self.path} (tune --apply)"))
 
 
-def _yaml(text: str) -> YAML:
-    """Round trip keeping the file's own sequence indentation (as ``net apply`` does)."""
-    y = YAML(typ="rt")
-    y.preserve_quotes = True
-    y.width = 4096
-    dash = re.search(r"^( *)- ", text, re.MULTILINE)
-    offset = len(dash.group(1)) if dash else 0
-    y.indent(mapping=2, sequence=2 + offset, offset=offset)
-    return y
-
-
 def plan(path: Path, sets: Sequence[str], evidence: Sequence[str]) -> Change:
     """The recipe's new text with ``sets`` (``serve.KEY=VALUE`` items) and ``evidence`` lines as a comment."""
     if not path.is_file():
         raise TuneError(f"{path} is not a recipe file (a bundled recipe cannot be changed)",
                         fix="Copy it first (`forklift recipe show NAME > my.yaml`) and tune that file.")
     before = read_text(path)
-    y = _yaml(before)
+    y = round_trip(before)
     # an earlier --apply's evidence comment is replaced, not stacked
     data = y.load("".join(ln for ln in before.splitlines(keepends=True) if not ln.startswith(f"# {MARK}:")))
     if not isinstance(data, CommentedMap):
