@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from forklift.cli.common import JsonOpt, console, err_console, print_json
+from forklift.cli.service import print_service_plan
 
 gateway_app = typer.Typer(help="One OpenAI-compatible endpoint in front of runs: keys, usage, audit log.",
                           no_args_is_help=True)
@@ -188,20 +189,6 @@ ServicePortOpt = Annotated[int | None, typer.Option("--port", help="The gateway'
                                                                    "here).")]
 
 
-def _print_actions(plan: object, json_out: bool) -> None:
-    from forklift.supervise.service import ServicePlan
-
-    assert isinstance(plan, ServicePlan)
-    if json_out:
-        print_json(plan.to_json())
-        return
-    for action in plan.actions:
-        console.print("$ " + " ".join(action.argv), highlight=False, markup=False, soft_wrap=True)
-        if action.shown:
-            console.print("  " + action.shown.rstrip("\n").replace("\n", "\n  "), highlight=False, markup=False,
-                          soft_wrap=True)
-
-
 def _port(port: int | None) -> int:
     from forklift import gateway
 
@@ -220,7 +207,7 @@ def service_install_cmd(dry_run: ServiceDryRunOpt = False, now: NowOpt = False, 
     plan = gateway_service.install_plan(port=state.port, url=state.url, watcher_argv=gateway.watcher_argv(),
                                         unit_dir=unit_dir, start=now)
     if dry_run:
-        _print_actions(plan, json_out)
+        print_service_plan(plan, json_out)
         return
     service.apply(plan, LocalRunner())
     if json_out:
@@ -255,7 +242,7 @@ def service_remove_cmd(port: ServicePortOpt = None, dry_run: ServiceDryRunOpt = 
 
     plan = gateway_service.remove_plan(_port(port), unit_dir=unit_dir)
     if dry_run:
-        _print_actions(plan, json_out)
+        print_service_plan(plan, json_out)
         return
     service.apply(plan, LocalRunner(), tolerate=("systemctl disable",))
     console.print(f"removed {plan.unit}", highlight=False)

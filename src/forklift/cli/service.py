@@ -17,7 +17,8 @@ NowOpt = Annotated[bool, typer.Option("--now", help="Also start the unit now (st
 app = typer.Typer(help="The systemd unit that runs a run's supervisor at boot.", no_args_is_help=True)
 
 
-def _print_plan(plan: object, json_out: bool) -> None:
+def print_service_plan(plan: object, json_out: bool) -> None:
+    """A unit plan's steps (--dry-run): JSON, or each command with the text it writes (runs' and the gateway's)."""
     from forklift.supervise.service import ServicePlan
 
     assert isinstance(plan, ServicePlan)
@@ -40,7 +41,7 @@ def install_cmd(name: NameArg = None, dry_run: DryRunOpt = False, now: NowOpt = 
 
     plan = service.install_plan(load_run(name), unit_dir=unit_dir, start=now)
     if dry_run:
-        _print_plan(plan, json_out)
+        print_service_plan(plan, json_out)
         return
     service.apply(plan, LocalRunner())
     if json_out:
@@ -77,7 +78,7 @@ def remove_cmd(name: NameArg = None, dry_run: DryRunOpt = False, json_out: JsonO
 
     plan = service.remove_plan(resolve_name(name), unit_dir=unit_dir)
     if dry_run:
-        _print_plan(plan, json_out)
+        print_service_plan(plan, json_out)
         return
     service.apply(plan, LocalRunner(), tolerate=("systemctl disable",))
     console.print(f"removed {plan.unit}", highlight=False)

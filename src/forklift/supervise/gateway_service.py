@@ -20,7 +20,15 @@ from dataclasses import dataclass
 
 from forklift import paths
 from forklift.runner import Runner
-from forklift.supervise.service import UNIT_DIR, Action, ServicePlan, carried_environment, render_unit
+from forklift.supervise.service import (
+    UNIT_DIR,
+    Action,
+    ServicePlan,
+    carried_environment,
+    render_unit,
+    unit_actions,
+    unit_state,
+)
 
 STOP_S = 10
 """How long the watcher gives the proxy to stop (gateway.ops.serve stops its group with this grace)."""
@@ -40,15 +48,10 @@ def install_plan(*, port: int, url: str, watcher_argv: Sequence[str], environ: M
     unit_path = f"{unit_dir.rstrip('/')}/{unit}"
     carried = carried_environment(env)
     text = render_unit(f"gateway-{port}", argv=list(watcher_argv), home=str(paths.home().resolve()),
-                       user=user or getpass.getuser(), environment=carried, credentials=None, stop_s=STOP_S)
-    lines = text.splitlines()
-    lines[1] = f"Description=forklift gateway (LiteLLM's proxy) at {url}, watched"
-    text = "\n".join(lines) + "\n"
-    actions = [Action(["install", "-d", "-m", "0755", unit_dir]),
-               Action(["install", "-m", "0644", "/dev/stdin", unit_path], text, text),
-               Action(["systemctl", "daemon-reload"]),
-               Action(["systemctl", "enable", *(["--now"] if start else []), unit])]
-    return ServicePlan(f"gateway-{port}", unit, unit_path, text, None, actions)
+                       user=user or getpass.getuser(), environment=carried, credentials=None, stop_s=STOP_S,
+                       title=f"forklift gateway (LiteLLM's proxy) at {url}, watched")
+    return ServicePlan(f"gateway-{port}", unit, unit_path, text, None,
+                       unit_actions(unit_dir, unit_path, text, unit, start=start))
 
 
 def remove_plan(port: int, *, unit_dir: str = UNIT_DIR) -> ServicePlan:
@@ -74,11 +77,7 @@ class GatewayServiceStatus:
 
 def status(port: int, runner: Runner, *, unit_dir: str = UNIT_DIR) -> GatewayServiceStatus:
     unit = unit_name(port)
-    path = f"{unit_dir.rstrip('/')}/{unit}"
-    installed = runner.run(["test", "-f", path], timeout=15).ok
-    enabled = runner.run(["systemctl", "is-enabled", unit], timeout=15).stdout.strip() or "unknown"
-    active = runner.run(["systemctl", "is-active", unit], timeout=15).stdout.strip() or "unknown"
-    return GatewayServiceStatus(unit, path, installed, enabled, active)
+    return GatewayServiceStatus(unit, *unit_state(unit, runner, unit_dir=unit_dir))
 
 
 __all__ = ["GatewayServiceStatus", "install_plan", "remove_plan", "status", "unit_name"]

@@ -47,9 +47,11 @@ def quote(value: str) -> str:
 
 
 def render_unit(name: str, *, argv: Sequence[str], home: str, user: str, environment: Mapping[str, str],
-                credentials: str | None, stop_s: float, description: str = "") -> str:
-    """The unit's text. ``environment`` must hold no secret (the credentials file carries the API key)."""
-    lines = ["[Unit]", f"Description=forklift supervisor for run {name}" + (f" ({description})" if description else ""),
+                credentials: str | None, stop_s: float, description: str = "", title: str | None = None) -> str:
+    """The unit's text. ``environment`` must hold no secret (the credentials file carries the API key).
+    ``title``: the whole Description (default: the run supervisor's, with ``description`` after it)."""
+    title = title or f"forklift supervisor for run {name}" + (f" ({description})" if description else "")
+    lines = ["[Unit]", f"Description={title}",
              "Wants=network-online.target", "After=network-online.target", f"RequiresMountsFor={quote(home)}", "",
              "[Service]", "Type=simple",
              f"User={user}", f"ExecStart={' '.join(quote(a) for a in argv)}",
@@ -133,11 +135,16 @@ def install_plan(record: RunRecord, *, unit_dir: str = UNIT_DIR, credentials_dir
         actions += [Action(["install", "-d", "-m", "0700", credentials_dir]),
                     Action(["install", "-m", "0600", "/dev/stdin", cred_path], credentials_text(var, key),
                            f"{var}=<the API key from ${var}, root-only>")]
-    actions += [Action(["install", "-d", "-m", "0755", unit_dir]),
-                Action(["install", "-m", "0644", "/dev/stdin", unit_path], text, text),
-                Action(["systemctl", "daemon-reload"]),
-                Action(["systemctl", "enable", *(["--now"] if start else []), unit])]
+    actions += unit_actions(unit_dir, unit_path, text, unit, start=start)
     return ServicePlan(name, unit, unit_path, text, cred_path, actions)
+
+
+def unit_actions(unit_dir: str, unit_path: str, text: str, unit: str, *, start: bool) -> list[Action]:
+    """Write the unit file, reload systemd, enable it (and start it with ``start``)."""
+    return [Action(["install", "-d", "-m", "0755", unit_dir]),
+            Action(["install", "-m", "0644", "/dev/stdin", unit_path], text, text),
+            Action(["systemctl", "daemon-reload"]),
+            Action(["systemctl", "enable", *(["--now"] if start else []), unit])]
 
 
 def remove_plan(name: str, *, unit_dir: str = UNIT_DIR, credentials_dir: str = CREDENTIALS_DIR) -> ServicePlan:
@@ -178,14 +185,19 @@ class ServiceStatus:
         return dict(self.__dict__)
 
 
-def status(name: str, runner: Runner, *, unit_dir: str = UNIT_DIR) -> ServiceStatus:
-    unit = unit_name(name)
+def unit_state(unit: str, runner: Runner, *, unit_dir: str = UNIT_DIR) -> tuple[str, bool, str, str]:
+    """(unit file path, installed, is-enabled, is-active) of one unit on the runner's host."""
     path = f"{unit_dir.rstrip('/')}/{unit}"
     installed = runner.run(["test", "-f", path], timeout=15).ok
     enabled = runner.run(["systemctl", "is-enabled", unit], timeout=15).stdout.strip() or "unknown"
     active = runner.run(["systemctl", "is-active", unit], timeout=15).stdout.strip() or "unknown"
-    return ServiceStatus(name, unit, path, installed, enabled, active)
+    return path, installed, enabled, active
+
+
+def status(name: str, runner: Runner, *, unit_dir: str = UNIT_DIR) -> ServiceStatus:
+    unit = unit_name(name)
+    return ServiceStatus(name, unit, *unit_state(unit, runner, unit_dir=unit_dir))
 
 
 __all__ = ["CREDENTIALS_DIR", "UNIT_DIR", "Action", "ServicePlan", "ServiceStatus", "apply", "credentials_text",
-           "install_plan", "quote", "remove_plan", "render_unit", "status", "unit_name"]
+           "install_plan", "quote", "remove_plan", "render_unit", "status", "unit_actions", "unit_name", "unit_state"]
