@@ -88,8 +88,7 @@ def _get(net: NetCluster, url: str, key: str | None) -> int:
 def _recipe(net: NetCluster, image: str = dockerd.IMAGE) -> Path:
     path = net.tmp / f"docker-{image.replace('/', '_').replace(':', '_')}.yaml"
     cores = netns.node_cores(2)  # a container's ranks are not under sshd's environment: the recipe says it
-    vllm_copy = net.tmp / "vllm-rw-pp2" / "vllm"
-    src, copy = (_vllm_src(), vllm_copy) if vllm_copy.exists() else _writable_vllm(net, "pp2")
+    src, copy = _writable_vllm(net, "pp2")
     path.write_text(f"""
 model: {{source: "bundled:smollm2-135m-instruct", served_name: smollm2}}
 runtime:
@@ -219,8 +218,9 @@ def _writable_vllm(net: NetCluster, tag: str) -> tuple[Path, Path]:
     files in the copy (atomic renames), never the venv's own."""
     src = _vllm_src()
     dest = net.tmp / f"vllm-rw-{tag}" / "vllm"
-    dest.parent.mkdir()
-    subprocess.run(["cp", "-al", str(src), str(dest)], check=True, timeout=300)
+    if not dest.exists():  # one copy per tag for the module
+        dest.parent.mkdir()
+        subprocess.run(["cp", "-al", str(src), str(dest)], check=True, timeout=300)
     return src, dest
 
 

