@@ -168,6 +168,43 @@ def test_pp2_in_containers_on_two_nodes_serves_with_a_key_and_down_removes_them(
     assert again.returncode == 0 and "not running" in again.stdout
 
 
+_CPU_KV = re.compile(r"CPU KV cache size: ([0-9,]+) tokens")
+
+
+@pytest.mark.timeout(1800)
+def test_probe_over_ssh_in_containers_measures_and_the_next_plan_uses_it(docker_net: DockerNet) -> None:
+    """`forklift probe` on the pp=2 docker recipe: both ranks start as containers over SSH with dummy weights,
+    the probe stops them once the KV cache is sized (no container left on either daemon), the figure it keeps is
+    the one the head rank logged, and the next `plan` of the same recipe uses it."""
+    net, daemons = docker_net
+    recipe = str(_recipe(net))
+    env = {**_env(net), KEY_VAR: secrets.token_hex(16)}
+    res = subprocess.run(_forklift_argv(net, "probe", recipe, "--name", "pdk", "--json"), env=env,
+                         capture_output=True, text=True, timeout=1500, check=False)
+    assert res.returncode == 0, f"probe failed:\n{res.stdout}\n{res.stderr[-4000:]}"
+    out = json.loads(res.stdout)
+    print(f"\nprobe pp=2 in containers over ssh: {out['wall_s']} s, phases {out['phases']}")
+    record = json.loads((net.tmp / "home" / "runs" / "pdk" / "record.json").read_text())
+    assert record["status"] == "stopped"
+    assert {r["host"] for r in record["ranks"]} == {"node-a", "node-b"}
+    assert all(r.get("container") for r in record["ranks"])
+    for daemon in daemons:  # every container of the probe removed
+        assert daemon.docker("ps", "-aq", "--filter", f"label=forklift.run_id={record['run_id']}").stdout.strip() == ""
+    assert not net.listening(0, PORT) and not net.listening(0, MASTER_PORT)
+    assert out["probe"]["hosts"] == ["node-a", "node-b"]
+    (head,) = [r for r in out["probe"]["ranks"] if r["node"] == 0]
+    kept = Path(head["log_path"])  # the head's log, copied beside the stored probe
+    found = _CPU_KV.findall(kept.read_text(errors="replace"))
+    assert found, "the head rank's log has no 'CPU KV cache size' line"
+    assert out["probe"]["kv_tokens"] == int(found[-1].replace(",", ""))
+
+    plan = forklift(net, "plan", recipe, "--json")
+    assert plan.returncode == 0, plan.stderr
+    data = json.loads(plan.stdout)
+    assert data["probe"] is not None and data["probe"]["key"] == out["probe"]["key"], data["notes"]
+    assert data["probe"]["used"] and data["kv_tokens"] == out["probe"]["kv_tokens"]
+
+
 # --- patches in the container ------------------------------------------------------------------------------
 
 VLLM_LOG_RE = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d")
