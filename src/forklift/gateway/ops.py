@@ -16,7 +16,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -156,9 +156,9 @@ def up(runs: list[str], *, host: str = "127.0.0.1", port: int = 4000, cert: str 
     admin = _write_files(state)
     save_state(state)
     spawned = runner.spawn(watcher_argv(), log_path=str(gateway_dir() / "watcher.log"))
-    state.watcher_pid = spawned.pid
-    save_state(state)
-    _wait_ready(state, admin, timeout_s, runner)
+    # From here the watcher owns the state file (it records its own pid and the proxy's): writing it again here
+    # could put back the proxy pid as None after the watcher wrote it.
+    _wait_ready(replace(state, watcher_pid=spawned.pid), admin, timeout_s, runner)
     return load_state()
 
 

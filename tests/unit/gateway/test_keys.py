@@ -75,3 +75,31 @@ def test_usage_per_key_reads_the_rotated_audit_log_too(tmp_path: Path) -> None:
 def test_gateway_up_refuses_half_a_tls_pair() -> None:
     with pytest.raises(GatewayError, match="both a certificate and its key"):
         gateway.up(["x"], cert="cert.pem")
+
+
+def test_gateway_up_leaves_the_pids_the_watcher_wrote(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watcher owns the state file once it is spawned: `up` must not write it again over the proxy pid the
+    watcher recorded (the watcher here writes at once, inside spawn: the earliest it could)."""
+    from types import SimpleNamespace
+
+    from forklift.gateway import ops
+    from forklift.runner.base import Spawned
+
+    monkeypatch.setenv(ops.LITELLM_ENV, "/bin/true")
+    monkeypatch.setattr(ops, "load_record", lambda name: SimpleNamespace(name=name, status="ready"))
+    monkeypatch.setattr(ops, "backends", lambda records: [Backend("small", "r1", "http://127.0.0.1:9", None)])
+    waited: list[int | None] = []
+    monkeypatch.setattr(ops, "_wait_ready", lambda state, admin, timeout_s, runner: waited.append(state.watcher_pid))
+
+    class WatcherRunner:
+        def spawn(self, argv: list[str], **_: object) -> Spawned:
+            assert argv[-2:] == ["gateway", "serve"]
+            state = ops.load_state()  # what `gateway serve` does first: its own pid, then the proxy's
+            state.watcher_pid, state.proxy_pid = 4101, 4102
+            ops.save_state(state)
+            return Spawned("localhost", 4101, "watcher.log")
+
+    state = ops.up(["r1"], port=0, runner=WatcherRunner())  # type: ignore[arg-type]
+    assert waited == [4101]
+    assert (state.watcher_pid, state.proxy_pid) == (4101, 4102)
+    assert json.loads(ops.state_path().read_text())["proxy_pid"] == 4102
