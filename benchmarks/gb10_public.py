@@ -84,6 +84,10 @@ def _logged_graph_estimate(obs: dict[str, Any]) -> float | None:
         return float(obs["estimated_gib"])
     if "util_without_graphs" in obs:
         return (float(obs["util"]) - float(obs["util_without_graphs"])) * float(obs.get("total_gib", TOTAL_GIB))
+    if "kv_gib_estimate_off" in obs:
+        # gpu_worker.determine_available_memory subtracts the estimate only while
+        # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is set: the two pools differ by exactly the estimate applied
+        return float(obs["kv_gib_estimate_off"]) - float(obs["kv_gib_estimate_on"])
     return None
 
 
@@ -99,7 +103,8 @@ def fit(threads: list[dict[str, Any]]) -> dict[str, Any]:
         if obs.get("speculative", "none") != "none" or logged is None or "config" not in obs:
             continue
         excess.append(logged - device_graph_estimate(obs, str(thread["vllm"]).split("+")[0]))
-    spreads = [max(o["kv_gib"]) - min(o["kv_gib"]) for _, o in _observations(threads, "train", "repeat")]
+    spreads = [max(o["kv_gib"]) - min(o["kv_gib"]) for _, o in _observations(threads, "train", "repeat")
+               if "kv_gib" in o]
     return {"pre_snapshot_gib": round(statistics.median(pairs), 2),
             "free_at_init_gib": {"median": round(statistics.median(free), 2), "low": round(min(free), 2),
                                  "high": round(max(free), 2)},
@@ -180,13 +185,16 @@ def _transfer_rows(threads: list[dict[str, Any]], split: str, g: gb10.Gb10Terms)
 
 
 def _repeat_rows(threads: list[dict[str, Any]], split: str) -> list[Row]:
-    """Boots of the same settings: the first predicts the others (the spread no plan can beat)."""
+    """Boots of the same settings: the first predicts the others (the spread no plan can beat). A thread that gives
+    tokens rather than GiB is scored in percent only: one configuration's tokens are proportional to its blocks."""
     rows = []
     for thread, obs in _observations(threads, split, "repeat"):
-        first, *others = [float(x) for x in obs["kv_gib"]]
+        in_gib = "kv_gib" in obs
+        first, *others = [float(x) for x in obs["kv_gib" if in_gib else "kv_tokens"]]
+        what = f"util {obs.get('util', 'not stated')}, same settings" + ("" if in_gib else " (tokens)")
         for other in others:
-            rows.append(Row(split, thread["id"], "KV pool (repeat boot)", f"util {obs['util']}, same settings",
-                            other, first, _pct(first, other), round(first - other, 2), None, None, None))
+            rows.append(Row(split, thread["id"], "KV pool (repeat boot)", what, other, first, _pct(first, other),
+                            round(first - other, 2) if in_gib else None, None, None, None))
     return rows
 
 

@@ -56,6 +56,27 @@ def test_held_out_figures_do_not_move_the_fit(threads: list[dict[str, Any]]) -> 
     assert bench.fit(changed) == bench.fit(threads)
 
 
+def test_a_repeat_given_in_tokens_is_scored_in_percent_only() -> None:
+    thread = {"id": "t", "split": "heldout", "observations": [
+        {"kind": "repeat", "kv_tokens": [500000, 400000]}, {"kind": "repeat", "util": 0.8, "kv_gib": [10.0, 8.0]}]}
+    tokens, gib = bench._repeat_rows([thread], "heldout")
+    assert tokens.err_pct == gib.err_pct == 25.0  # the first boot predicts the second, in either unit
+    assert tokens.err_gib is None and gib.err_gib == 2.0
+
+
+def test_a_graph_estimate_is_the_pool_gained_by_switching_the_estimate_off() -> None:
+    assert bench._logged_graph_estimate({"kv_gib_estimate_on": 20.5, "kv_gib_estimate_off": 23.0}) == 2.5
+    assert bench._logged_graph_estimate({"estimated_gib": -4.0, "kv_gib_estimate_on": 1.0,
+                                         "kv_gib_estimate_off": 2.0}) == -4.0  # a printed estimate wins
+
+
+def test_repeats_in_tokens_do_not_enter_the_gib_band(threads: list[dict[str, Any]]) -> None:
+    changed = copy.deepcopy(threads)
+    changed.append({"id": "x", "url": "https://example.invalid/x", "split": "train",
+                    "observations": [{"kind": "repeat", "kv_tokens": [1, 10**9]}]})
+    assert bench.fit(changed) == bench.fit(threads)
+
+
 def test_default_floor_follows_the_kernel_sqrt_rule_and_its_clamp() -> None:
     assert gb10.default_min_free_kbytes(119.7) == pytest.approx((119.7 * 2**20 * 16) ** 0.5, abs=1)
     assert gb10.default_min_free_kbytes(1e6) == 262144  # clamped
