@@ -134,7 +134,9 @@ def old_items(folder: str) -> list[Item]:
     return out
 
 
-DEV_BATCHES = ("e", "f")  # fresh batches measured once (round 4) and since then development data
+# Fresh batches measured once (e, f in round 4, g in round 5, h in round 6) and development data since the
+# next one was collected (NOTES.md); i is the out-of-sample batch.
+DEV_BATCHES = ("e", "f", "g", "h")
 
 
 def out_of_sample_batches(split: dict[str, Any] | None = None) -> list[str]:

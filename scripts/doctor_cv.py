@@ -20,6 +20,7 @@ references are removed: how the engine does on a thread whose rule was never wri
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import Counter, defaultdict
 from dataclasses import replace
@@ -84,6 +85,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--folds", type=int, default=10)
     ap.add_argument("--c", type=float, default=10.0)
     ap.add_argument("--by", choices=("thread", "repository"), default="thread")
+    ap.add_argument("--dump", type=Path, help="write each item's expected and engine / strict top finding (JSON)")
     args = ap.parse_args(argv)
     items = t.training_items()
     classes = sorted({str(it.category) for it in items})
@@ -140,6 +142,12 @@ def main(argv: list[str]) -> int:
     confusions = Counter((str(it.category), str(r[0])) for r, it in zip(results["strict"], items, strict=True)
                          if r[0] != it.category)
     print("strict confusions:", ", ".join(f"{a} -> {b} x{n}" for (a, b), n in confusions.most_common(15)))
+    if args.dump:
+        rows_out = [{"item": it.stem, "thread": it.thread, "expected": it.category,
+                     **{f"{mode}_{k}": v for mode in results
+                        for k, v in zip(("category", "layer", "rule", "p"), results[mode][i], strict=True)}}
+                    for i, it in enumerate(items)]
+        args.dump.write_text(json.dumps(rows_out, indent=1), encoding="utf-8")
     return 0
 
 

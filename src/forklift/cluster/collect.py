@@ -88,15 +88,18 @@ def _line_time(line: str) -> float | None:
 
 
 def since_filter(lines: list[str], since: float | None) -> list[str]:
-    """Kernel lines from ``since`` (epoch seconds) on; lines without a readable time are kept."""
+    """Kernel lines from ``since`` (epoch seconds) on. A line without a readable time continues the message before
+    it (the kernel indents a message's further lines) and shares its fate; one before any timed line is kept."""
     if since is None:
         return lines
     out = []
+    keep = True
     for line in lines:
         at = _line_time(line)
-        if at is not None and at < since:
-            continue
-        out.append(line)
+        if at is not None:
+            keep = at >= since
+        if keep:
+            out.append(line)
     return out
 
 

@@ -7,6 +7,9 @@
    a category with a matching rule of confidence c has it raised to at least RULE_FLOOR and multiplied
    by 1 + RULE_WEIGHT * c / (1 - c). Scores are normalised into the reported probabilities. So a
    confident rule wins unless the text says clearly otherwise, and a weak rule (c ~ 0.5) is a tie-breaker.
+   A matching rule's ``rules_out`` categories (a boundary of categories.yaml: a named collective rules out a
+   shared-memory stall, a failed allocation a KV shortage) keep RULED_OUT of their statistical score unless a
+   rule of their own matches too.
    Without the statistical layer the rule's confidence is the probability. RULE_WEIGHT and RULE_FLOOR
    were chosen on the training split (out-of-fold classifier probabilities), never on held-out data.
    With neither a rule, a line that reports a failure nor a written report, the classifier still reads the
@@ -36,6 +39,7 @@ CANDIDATES = 3
 RULE_WEIGHT = 2.0
 EVIDENCE_LINES = 150
 RULE_FLOOR = 0.1
+RULED_OUT = 0.1
 MODEL_ONLY_MIN = 0.6
 TAIL = 12
 
@@ -108,13 +112,13 @@ def _rule_odds(confidence: float) -> float:
 
 
 def _combine(active: list[Finding], probs: dict[str, float], classifier: Classifier | None,
-             sources: Sequence[Source]) -> list[Finding]:
+             sources: Sequence[Source], ruled_out: frozenset[str] = frozenset()) -> list[Finding]:
     """Ranked findings with probabilities (see the module docstring)."""
     best: dict[str, Finding] = {}
     for f in active:
         best.setdefault(f.category, f)
     if probs:
-        score = dict(probs)
+        score = {c: v * (RULED_OUT if c in ruled_out and c not in best else 1.0) for c, v in probs.items()}
         for c, f in best.items():
             score[c] = max(probs.get(c, 0.0), RULE_FLOOR) * _rule_odds(f.confidence)
     else:
@@ -222,7 +226,8 @@ def diagnose_sources(sources: Sequence[Source], context: Context | None = None, 
         probs = _model_distribution(classifier, sources, context, phase)
         if max(probs.values(), default=0.0) < MODEL_ONLY_MIN:  # no failure line and no clear cause: no finding
             probs = {}
-    findings = _combine(active, probs, classifier if probs else None, sources)
+    ruled_out = frozenset(c for f in active if (r := matcher.by_id.get(f.rule)) is not None for c in r.rules_out)
+    findings = _combine(active, probs, classifier if probs else None, sources, ruled_out)
     if findings:
         findings[0] = _apply_patch_context(findings[0], context)
         if context and context.failed_host and not findings[0].host:

@@ -71,6 +71,9 @@ class Rule(_Strict):
     supersedes: list[str] = Field(default_factory=list, description="Rules this one explains better.")
     generic: bool = Field(default=False, description=(
         "A wrapper or symptom line: any specific rule that matches explains it better."))
+    rules_out: list[str] = Field(default_factory=list, description=(
+        "Categories this rule's evidence rules out (the boundary each class writes in categories.yaml): while it "
+        "matches, the statistical layer's probability for them is scaled down unless a rule of theirs matches too."))
     advice: Literal["kv_cache"] | None = None
 
     @field_validator("category")
@@ -85,6 +88,16 @@ class Rule(_Strict):
             near = get_close_matches(value, list(known), n=1)
             raise ValueError(f"unknown category {value!r}" + (f"; did you mean {near[0]!r}?" if near else "")
                              + " (categories.yaml lists them)")
+        return value
+
+    @field_validator("rules_out")
+    @classmethod
+    def _known_categories(cls, value: list[str]) -> list[str]:
+        from forklift.doctor.kb import load_categories
+
+        unknown = [c for c in value if c not in load_categories()]
+        if unknown:
+            raise ValueError(f"rules_out names unknown categories {unknown} (categories.yaml lists them)")
         return value
 
     @field_validator("versions")

@@ -18,6 +18,9 @@ PAIRS = {
          "_ZN3c104cuda9SetDeviceEab", "engine_install"),
         ("ImportError: cannot import name 'AutoModelForVision2Seq' from 'transformers' "
          "(/usr/local/lib/python3.12/dist-packages/transformers/__init__.py)", "version_mismatch"),
+        # numpy 1.24 removed the np.float alias: any installed package, not only transformers / torch
+        ("AttributeError: module 'numpy' has no attribute 'float'.\n`np.float` was a deprecated alias for the "
+         "builtin `float`.", "version_mismatch"),
     ],
     "nccl hang vs shm stall vs free memory": [
         ("[rank1]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation "
@@ -48,8 +51,31 @@ PAIRS = {
         ("[forklift-patch] ERROR (drift): patch safetensors-fadvise-dontneed on /opt/venv/vllm (vLLM 0.12.0): "
          "model_executor/model_loader/weight_utils.py: edit 1: function safetensors_weights_iterator not found",
          "patch_drift"),
+        # vLLM's own plugin loader names the plugin, so the failing import is the plugin's
+        ("INFO 12-01 10:00:00 [__init__.py:217] Platform plugin example is activated\n"
+         "ImportError: cannot import name 'AttentionBackendEnum' from 'vllm.attention.backends.registry'",
+         "patch_drift"),
     ],
 }
+
+# What does not decide a class on its own (the boundary's other side needs its own evidence).
+NOT = [
+    ("an ImportError from vLLM with no patch or plugin in the log is not patch drift",
+     "ImportError: cannot import name 'FusedMoEExample' from 'vllm.model_executor.layers.example'", "patch_drift"),
+]
+# A rule's ``rules_out`` keeps the statistical layer from outvoting the evidence that separates a pair: many
+# shared-memory stall lines (a symptom every hung worker produces) and one watchdog line naming the collective.
+_SHM = ("(EngineCore_DP0 pid=311) INFO 12-01 10:0{i}:00 [shm_broadcast.py:466] No available shared memory broadcast "
+        "block found in 60 seconds. This typically happens when some processes are hanging or doing some "
+        "time-consuming work (e.g. compilation, weight/kv cache quantization).")
+DROWNED = [
+    ("\n".join(_SHM.format(i=i) for i in range(6)) + "\n[rank1]:[E1201 10:07:00.000000000 ProcessGroupNCCL.cpp:632] "
+     "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, "
+     "NumelOut=1, Timeout(ms)=600000) ran for 600031 milliseconds before timing out.", "nccl_hang_or_timeout"),
+    ("\n".join(_SHM.format(i=i) for i in range(6)) + "\nValueError: Free memory on device cuda:0 (10.5/79.19 GiB) "
+     "on startup is less than desired GPU memory utilization (0.9, 71.27 GiB). Decrease GPU memory utilization "
+     "or reduce GPU memory used by other processes.", "startup_free_memory_check"),
+]
 CASES = [(pair, text, cat) for pair, items in PAIRS.items() for text, cat in items]
 
 
@@ -64,3 +90,23 @@ def test_the_evidence_that_separates_a_pair_decides_it(pair: str, text: str, cat
     report = diagnose_sources([Source("t", scan_text([text]))])
     top = next((f for f in report.findings if f.severity != "info" and not f.superseded_by), None)
     assert top is not None and top.category == category, (pair, top and (top.category, top.rule))
+
+
+def _top(text: str) -> tuple[str, str] | None:
+    report = diagnose_sources([Source("t", scan_text([text]))])
+    top = next((f for f in report.findings if f.severity != "info" and not f.superseded_by), None)
+    return (top.category, top.rule) if top else None
+
+
+@pytest.mark.parametrize(("why", "text", "category"), NOT, ids=[w for w, _, _ in NOT])
+def test_evidence_of_the_other_side_is_needed(why: str, text: str, category: str) -> None:
+    top = _top(text)
+    assert top is None or top[0] != category, (why, top)
+
+
+@pytest.mark.parametrize(("text", "category"), DROWNED, ids=[c for _, c in DROWNED])
+def test_the_separating_line_is_not_outvoted_by_symptom_lines(text: str, category: str) -> None:
+    report = diagnose_sources([Source("t", scan_text([text]))])
+    top = report.findings[0]
+    # a clear answer, not a near tie with the symptom's class (without rules_out: 0.55 and 0.83)
+    assert top.category == category and top.confidence >= 0.85, [(f.category, f.confidence) for f in report.findings]

@@ -101,6 +101,20 @@ def test_iso_kernel_times_carry_the_nodes_own_offset() -> None:
     assert since_filter(lines, since) == lines[2:]
 
 
+def test_a_kernel_messages_untimed_continuation_lines_go_with_it() -> None:
+    from datetime import datetime
+
+    from forklift.cluster.collect import since_filter
+
+    since = datetime.fromisoformat("2026-11-30T11:00:00+00:00").timestamp()
+    lines = ["an untimed line before any time (kept: nothing says it is old)",
+             "2026-11-30T09:00:00,000000+00:00 ACPI CPPC: firmware does not support it (boot, before the run)",
+             "                                 Please enable it if your BIOS has the CPPC option.",
+             "2026-11-30T11:30:00,000000+00:00 Out of memory: Killed process 2 (this run)",
+             "                                 oom_score_adj 0"]
+    assert since_filter(lines, since) == [lines[0], lines[3], lines[4]]
+
+
 def test_a_dead_rank_of_a_running_run_is_named_and_diagnosed() -> None:
     from forklift.doctor import Source, diagnose_sources, scan_text
 
