@@ -50,6 +50,7 @@ class Row:
     logged_block: int | None
     planned_block: int
     note: str = ""
+    compile_cache: str | None = None
 
 
 def points() -> list[tuple[dict[str, Any], Path | None, str]]:
@@ -94,7 +95,8 @@ def _err(planned: float, logged: float | None) -> float | None:
 
 def evaluate(point: dict[str, Any], log: Path, version: str, tmp: Path) -> Row:
     facts: LogFacts = parse_log(log.read_text(errors="replace"))
-    plan = make(recipe_for(point, tmp), vllm_version=facts.vllm_version or version)
+    plan = make(recipe_for(point, tmp), vllm_version=facts.vllm_version or version,
+                compile_cache=facts.compile_cache or "cold")  # the start's torch.compile cache, as its log says
     planned_kv = min(r.kv_pool_gib for r in plan.ranks)
     fits = facts.fits
     settings = ", ".join(f"{k}={v}" for k, v in {**point.get("serve", {}), "tp": point.get("tp", 1),
@@ -105,7 +107,7 @@ def evaluate(point: dict[str, Any], log: Path, version: str, tmp: Path) -> Row:
         kv_err_pct=_err(planned_kv, facts.available_kv_gib), logged_tokens=facts.kv_tokens,
         planned_tokens=plan.kv_tokens, tokens_err_pct=_err(plan.kv_tokens, facts.kv_tokens) if fits else None,
         logged_fits=fits, planned_fits=plan.fits, verdict_ok=None if fits is None else fits == plan.fits,
-        logged_block=facts.block_size, planned_block=plan.block_size,
+        logged_block=facts.block_size, planned_block=plan.block_size, compile_cache=facts.compile_cache,
         note=(facts.error or "") + (f" max_len {facts.max_len_estimate} vs {plan.largest_max_model_len}"
                                     if facts.max_len_estimate else ""))
 
@@ -124,12 +126,13 @@ def summary(rows: list[Row]) -> dict[str, dict[str, Any]]:
 
 def table(rows: list[Row]) -> str:
     head = ("| point | set | model | settings | KV GiB logged | planned | err % | tokens logged | planned | err % "
-            "| fits logged / planned | block logged / planned | note |")
-    lines = [head, "|" + "---|" * 13]
+            "| fits logged / planned | block logged / planned | compile cache | note |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         lines.append(f"| {r.id} | {r.set} | {r.model} | {r.settings} | {r.logged_kv_gib} | {r.planned_kv_gib} | "
                      f"{r.kv_err_pct} | {r.logged_tokens} | {r.planned_tokens} | {r.tokens_err_pct} | "
-                     f"{r.logged_fits} / {r.planned_fits} | {r.logged_block} / {r.planned_block} | {r.note} |")
+                     f"{r.logged_fits} / {r.planned_fits} | {r.logged_block} / {r.planned_block} | {r.compile_cache} | "
+                     f"{r.note} |")
     return "\n".join(lines)
 
 

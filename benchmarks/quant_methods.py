@@ -95,7 +95,7 @@ def _kernels(point: dict[str, Any], version: str, tmp: Path) -> tuple[str, float
 def evaluate(point: dict[str, Any], log: Path, version: str, tmp: Path) -> Row:
     facts = parse_log(log.read_text(errors="replace"))
     ver = facts.vllm_version or version
-    plan = make(pa.recipe_for(point, tmp), vllm_version=ver)
+    plan = make(pa.recipe_for(point, tmp), vllm_version=ver, compile_cache=facts.compile_cache or "cold")
     scheme = online_scheme((point.get("serve") or {}).get("quantization"),
                            scheme_from_config(_config(point).get("quantization_config")))
     kernels, extra = _kernels(point, ver, tmp)

@@ -220,13 +220,15 @@ def for_recipe(recipe: str | None = None, overrides: Sequence[str] = (), *, vllm
 
 
 def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source: SpecSource | None = None,
-         apply: bool = False) -> Plan:
+         apply: bool = False, compile_cache: str = "cold") -> Plan:
     """Plan a deployment: vLLM's memory arithmetic per rank, KV capacity, roofline and advice. Pure; no GPU.
 
     Does not raise when the model does not fit: ``plan.fits`` is False and ``plan.error`` holds vLLM's message.
     Raises PlanError / HardwareError / ModelError for layouts vLLM would reject or models it cannot describe.
     ``apply``: take the balanced PP split and the first advice step that fits, and plan that instead
     (``plan.decisions.applied`` lists the --set items; the plan's deployment carries them).
+    ``compile_cache``: 'cold' (a first start; the default) or 'warm' (torch.compile's cache of these settings is on
+    the nodes, as on a restart: no first-call autotuning buffer, terms.compile_flush).
     """
     deployment = deployment_of(target)
     patch_notes = _patch_notes(deployment.recipe)  # unknown ids refused, overrides noted
@@ -236,15 +238,15 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
     speculative.check(deployment.recipe, vllm_version=vllm_version, default_version=rules.default_version(),
                       model=src.spec)
     vr = rules.rules_for(vllm_version)
-    ctx = context(deployment, src, vr)
+    ctx = context(deployment, src, vr, compile_cache)
     probed_version = None if vllm_version is not None else _probed_version(ctx)
     if probed_version is not None:  # no --vllm-version: the release a probe of these nodes ran
         vr = rules.rules_for(probed_version)
-        ctx = context(deployment, src, vr)
+        ctx = context(deployment, src, vr, compile_cache)
     c = core(ctx)
     applied = _to_apply(c) if apply else []
     if applied:
-        c = core(context(deployment.with_sets(applied), src, vr))
+        c = core(context(deployment.with_sets(applied), src, vr, compile_cache))
     plan = _plan(c, applied)
     if probed_version is not None:
         patch_notes = [f"no --vllm-version: planned for vLLM {probed_version}, the release the probe of these nodes "
