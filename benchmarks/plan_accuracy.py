@@ -52,6 +52,8 @@ class Row:
     planned_block: int
     note: str = ""
     compile_cache: str | None = None
+    seen_by_fix: bool = False
+    """A held-out point read while deriving a fix (points.json ``seen_by_fix``): no longer out of sample."""
     verdict: str = ""
     kv_interval_gib: tuple[float, float] | None = None
     margin_interval_gib: tuple[float, float] | None = None
@@ -114,7 +116,8 @@ def evaluate(point: dict[str, Any], log: Path, version: str, tmp: Path) -> Row:
         planned_tokens=plan.kv_tokens, tokens_err_pct=_err(plan.kv_tokens, facts.kv_tokens) if fits else None,
         logged_fits=fits, planned_fits=plan.fits, verdict_ok=None if fits is None else fits == plan.fits,
         logged_block=facts.block_size, planned_block=plan.block_size, compile_cache=facts.compile_cache,
-        verdict=plan.verdict, kv_interval_gib=plan.interval.kv_pool_gib if plan.interval else None,
+        seen_by_fix=bool(point.get("seen_by_fix")), verdict=plan.verdict,
+        kv_interval_gib=plan.interval.kv_pool_gib if plan.interval else None,
         margin_interval_gib=plan.interval.margin_gib if plan.interval else None,
         in_interval=None if plan.interval is None or facts.available_kv_gib is None
         else plan.interval.kv_pool_gib[0] - 0.005 <= facts.available_kv_gib <= plan.interval.kv_pool_gib[1] + 0.005,
@@ -164,8 +167,9 @@ def _rel(planned: float, logged: float | None) -> float | None:
 
 def summary(rows: list[Row]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for name in ("calib", "heldout"):
-        sel = [r for r in rows if r.set == name]
+    groups = {"calib": [r for r in rows if r.set == "calib"], "heldout": [r for r in rows if r.set == "heldout"],
+              "heldout_unseen": [r for r in rows if r.set == "heldout" and not r.seen_by_fix]}
+    for name, sel in groups.items():
         errs = [abs(r.kv_err_pct) for r in sel if r.kv_err_pct is not None]
         verdicts = [r.verdict_ok for r in sel if r.verdict_ok is not None]
         decided = [r.logged_fits == (r.verdict == "fits") for r in sel
