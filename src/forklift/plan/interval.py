@@ -21,8 +21,6 @@ from forklift.plan.core import GIB, Core, compile_flush
 from forklift.plan.result import Interval, RankPlan, TermBand
 from forklift.yamlio import load_data
 
-TERMS = ("weights", "activation", "non_torch", "cudagraph")
-
 
 @cache
 def data() -> dict[str, Any]:
