@@ -51,7 +51,7 @@ def test_a_verified_plan_adds_each_terms_held_out_error(tmp_path: Path) -> None:
     below = sum(expected.values())
     lo, hi = plan.interval.kv_pool_gib  # type: ignore[union-attr]
     assert lo == pytest.approx(r.kv_pool_gib - below, abs=3e-3)
-    assert hi == pytest.approx(r.kv_pool_gib + below + 50 / 1024, abs=3e-3)  # a warm restart: + the H200's L2
+    assert hi == pytest.approx(r.kv_pool_gib + below + 60 / 1024, abs=3e-3)  # a warm restart: + the H200's L2
     assert plan.uncertainty_gib == pytest.approx(below, abs=3e-3)
 
 
