@@ -22,6 +22,7 @@ from typing import Any
 
 from forklift.plan import make
 from forklift.plan.calibrate import LogFacts, parse_log
+from forklift.plan.result import Plan
 from forklift.recipe.load import validate
 from forklift.recipe.schema import Recipe
 
@@ -50,6 +51,14 @@ class Row:
     logged_block: int | None
     planned_block: int
     note: str = ""
+    compile_cache: str | None = None
+    seen_by_fix: bool = False
+    """A held-out point read while deriving a fix (points.json ``seen_by_fix``): no longer out of sample."""
+    verdict: str = ""
+    kv_interval_gib: tuple[float, float] | None = None
+    margin_interval_gib: tuple[float, float] | None = None
+    in_interval: bool | None = None
+    """Whether the logged pool lies inside the plan's interval."""
 
 
 def points() -> list[tuple[dict[str, Any], Path | None, str]]:
@@ -94,7 +103,8 @@ def _err(planned: float, logged: float | None) -> float | None:
 
 def evaluate(point: dict[str, Any], log: Path, version: str, tmp: Path) -> Row:
     facts: LogFacts = parse_log(log.read_text(errors="replace"))
-    plan = make(recipe_for(point, tmp), vllm_version=facts.vllm_version or version)
+    plan = make(recipe_for(point, tmp), vllm_version=facts.vllm_version or version,
+                compile_cache=facts.compile_cache or "cold")  # the start's torch.compile cache, as its log says
     planned_kv = min(r.kv_pool_gib for r in plan.ranks)
     fits = facts.fits
     settings = ", ".join(f"{k}={v}" for k, v in {**point.get("serve", {}), "tp": point.get("tp", 1),
@@ -105,32 +115,92 @@ def evaluate(point: dict[str, Any], log: Path, version: str, tmp: Path) -> Row:
         kv_err_pct=_err(planned_kv, facts.available_kv_gib), logged_tokens=facts.kv_tokens,
         planned_tokens=plan.kv_tokens, tokens_err_pct=_err(plan.kv_tokens, facts.kv_tokens) if fits else None,
         logged_fits=fits, planned_fits=plan.fits, verdict_ok=None if fits is None else fits == plan.fits,
-        logged_block=facts.block_size, planned_block=plan.block_size,
+        logged_block=facts.block_size, planned_block=plan.block_size, compile_cache=facts.compile_cache,
+        seen_by_fix=bool(point.get("seen_by_fix")), verdict=plan.verdict,
+        kv_interval_gib=plan.interval.kv_pool_gib if plan.interval else None,
+        margin_interval_gib=plan.interval.margin_gib if plan.interval else None,
+        in_interval=None if plan.interval is None or facts.available_kv_gib is None
+        else plan.interval.kv_pool_gib[0] - 0.005 <= facts.available_kv_gib <= plan.interval.kv_pool_gib[1] + 0.005,
         note=(facts.error or "") + (f" max_len {facts.max_len_estimate} vs {plan.largest_max_model_len}"
                                     if facts.max_len_estimate else ""))
 
 
+def term_keys(plan: Plan) -> dict[str, str]:
+    """The key each term's band is verified under (forklift.plan.interval): weights by quantization method,
+    activation and CUDA graphs by model family, non-torch by layout."""
+    return {b.term: b.key for b in (plan.interval.terms if plan.interval else [])}
+
+
+def term_errors(set_name: str = "heldout") -> dict[str, dict[str, dict[str, Any]]]:
+    """Per term and key, the largest error of the planned term against the logged one over the points of one set
+    (relative to the logged term; non-torch in GiB): what plan/data/uncertainty.yaml's verified bands hold."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for point, log, version in points():
+            if log is None or point["set"] != set_name:
+                continue
+            facts = parse_log(log.read_text(errors="replace"))
+            plan = make(recipe_for(point, Path(tmp)), vllm_version=facts.vllm_version or version,
+                        compile_cache=facts.compile_cache or "cold")
+            rank = min(plan.ranks, key=lambda r: r.kv_pool_gib)
+            keys = term_keys(plan)
+            found = {
+                "weights": _rel(rank.weights_gib, facts.weights_gib),
+                "activation": _rel(rank.activation_gib, facts.activation_gib),
+                "non_torch": None if facts.non_torch_gib is None else abs(rank.non_torch_gib - facts.non_torch_gib),
+                "cudagraph": _rel(rank.cudagraph_gib, facts.cudagraph_estimate_gib) if rank.cudagraph_subtracted
+                else None,
+            }
+            for term, err in found.items():
+                if err is None or term not in keys:
+                    continue
+                entry = out.setdefault(term, {}).setdefault(keys[term], {"max": 0.0, "point": "", "points": 0})
+                entry["points"] += 1
+                if err >= entry["max"]:
+                    entry.update(max=round(err, 4), point=point["id"])
+    return out
+
+
+def _rel(planned: float, logged: float | None) -> float | None:
+    return None if not logged else abs(planned - logged) / logged
+
+
 def summary(rows: list[Row]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for name in ("calib", "heldout"):
-        sel = [r for r in rows if r.set == name]
+    groups = {"calib": [r for r in rows if r.set == "calib"], "heldout": [r for r in rows if r.set == "heldout"],
+              "heldout_unseen": [r for r in rows if r.set == "heldout" and not r.seen_by_fix]}
+    for name, sel in groups.items():
         errs = [abs(r.kv_err_pct) for r in sel if r.kv_err_pct is not None]
         verdicts = [r.verdict_ok for r in sel if r.verdict_ok is not None]
+        decided = [r.logged_fits == (r.verdict == "fits") for r in sel
+                   if r.logged_fits is not None and r.verdict in ("fits", "does not fit")]
+        inside = [r.in_interval for r in sel if r.in_interval is not None]
         out[name] = {"points": len(sel), "kv_err_median_pct": round(statistics.median(errs), 2) if errs else None,
                      "kv_err_max_pct": round(max(errs), 2) if errs else None,
-                     "verdicts_right": f"{sum(verdicts)}/{len(verdicts)}"}
+                     "verdicts_right": f"{sum(verdicts)}/{len(verdicts)}",
+                     "decided_verdicts_right": f"{sum(decided)}/{len(decided)}",
+                     "too_close_to_call": sum(r.verdict == "too close to call" for r in sel),
+                     "fits_inside_interval": sum(r.verdict == "fits" and r.margin_interval_gib is not None
+                                                 and r.margin_interval_gib[0] <= 0 for r in sel),
+                     "logged_pool_inside_interval": f"{sum(inside)}/{len(inside)}"}
     return out
 
 
 def table(rows: list[Row]) -> str:
     head = ("| point | set | model | settings | KV GiB logged | planned | err % | tokens logged | planned | err % "
-            "| fits logged / planned | block logged / planned | note |")
-    lines = [head, "|" + "---|" * 13]
+            "| fits logged / planned | verdict | KV interval | block logged / planned | compile cache | note |")
+    lines = [head, "|" + "---|" * 16]
     for r in rows:
         lines.append(f"| {r.id} | {r.set} | {r.model} | {r.settings} | {r.logged_kv_gib} | {r.planned_kv_gib} | "
                      f"{r.kv_err_pct} | {r.logged_tokens} | {r.planned_tokens} | {r.tokens_err_pct} | "
-                     f"{r.logged_fits} / {r.planned_fits} | {r.logged_block} / {r.planned_block} | {r.note} |")
+                     f"{r.logged_fits} / {r.planned_fits} | {r.verdict} | {_span(r.kv_interval_gib)} | "
+                     f"{r.logged_block} / {r.planned_block} | {r.compile_cache} | "
+                     f"{r.note} |")
     return "\n".join(lines)
+
+
+def _span(span: tuple[float, float] | None) -> str:
+    return "-" if span is None else f"{span[0]:.2f}..{span[1]:.2f}"
 
 
 def run() -> tuple[list[Row], list[str]]:

@@ -55,6 +55,9 @@ class Row:
     planned_fits: bool
     verdict: str
     verdict_ok: bool | None
+    kv_interval_gib: tuple[float, float] | None = None
+    in_interval: bool | None = None
+    weights_band: str = ""
 
 
 def _config(point: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +98,7 @@ def _kernels(point: dict[str, Any], version: str, tmp: Path) -> tuple[str, float
 def evaluate(point: dict[str, Any], log: Path, version: str, tmp: Path) -> Row:
     facts = parse_log(log.read_text(errors="replace"))
     ver = facts.vllm_version or version
-    plan = make(pa.recipe_for(point, tmp), vllm_version=ver)
+    plan = make(pa.recipe_for(point, tmp), vllm_version=ver, compile_cache=facts.compile_cache or "cold")
     scheme = online_scheme((point.get("serve") or {}).get("quantization"),
                            scheme_from_config(_config(point).get("quantization_config")))
     kernels, extra = _kernels(point, ver, tmp)
@@ -109,7 +112,12 @@ def evaluate(point: dict[str, Any], log: Path, version: str, tmp: Path) -> Row:
         weights_err_gib=None if logged_w is None else round(weights - logged_w, 3),
         logged_kv_gib=facts.available_kv_gib, planned_kv_gib=round(planned_kv, 3),
         kv_err_pct=pa._err(planned_kv, facts.available_kv_gib), logged_fits=facts.fits, planned_fits=plan.fits,
-        verdict=plan.verdict, verdict_ok=None if facts.fits is None else facts.fits == plan.fits)
+        verdict=plan.verdict, verdict_ok=None if facts.fits is None else facts.fits == plan.fits,
+        kv_interval_gib=plan.interval.kv_pool_gib if plan.interval else None,
+        in_interval=None if plan.interval is None or facts.available_kv_gib is None
+        else plan.interval.kv_pool_gib[0] - 0.005 <= facts.available_kv_gib <= plan.interval.kv_pool_gib[1] + 0.005,
+        weights_band=next((f"+/-{b.band_gib:.3f} {b.basis}" for b in plan.interval.terms if b.term == "weights"), "")
+        if plan.interval else "")
 
 
 def run() -> list[Row]:
@@ -129,6 +137,7 @@ def summary(rows: list[Row]) -> dict[str, dict[str, Any]]:
         held = [abs(r.kv_err_pct) for r in sel if r.kv_err_pct is not None and r.set == "heldout"]
         w = [abs(r.weights_err_gib) for r in sel if r.weights_err_gib is not None]
         verdicts = [r.verdict_ok for r in sel if r.verdict_ok is not None]
+        inside = [r.in_interval for r in sel if r.in_interval is not None]
         out[method] = {
             "points": len(sel), "heldout": sum(r.set == "heldout" for r in sel),
             "kv_err_median_pct": round(statistics.median(kv), 2) if kv else None,
@@ -136,23 +145,27 @@ def summary(rows: list[Row]) -> dict[str, dict[str, Any]]:
             "heldout_kv_err_max_pct": round(max(held), 2) if held else None,
             "weights_abs_err_max_gib": round(max(w), 3) if w else None,
             "verdicts_right": f"{sum(verdicts)}/{len(verdicts)}",
+            "logged_pool_inside_interval": f"{sum(inside)}/{len(inside)}",
+            "too_close_to_call": sum(r.verdict == "too close to call" for r in sel),
         }
     return out
 
 
 def table(rows: list[Row], summ: dict[str, dict[str, Any]]) -> str:
     lines = ["| method | points (held-out) | KV err median % | KV err max % | held-out max % | weights err max GiB "
-             "| verdicts |", "|" + "---|" * 7]
+             "| verdicts | logged pool in interval | too close |", "|" + "---|" * 9]
     for method, s in summ.items():
         lines.append(f"| {method} | {s['points']} ({s['heldout']}) | {s['kv_err_median_pct']} | {s['kv_err_max_pct']} "
-                     f"| {s['heldout_kv_err_max_pct']} | {s['weights_abs_err_max_gib']} | {s['verdicts_right']} |")
+                     f"| {s['heldout_kv_err_max_pct']} | {s['weights_abs_err_max_gib']} | {s['verdicts_right']} "
+                     f"| {s['logged_pool_inside_interval']} | {s['too_close_to_call']} |")
     lines += ["", "| point | set | model | method | layout | kernels on the GPU (layers) | kernel extra GiB | weights "
-              "logged / planned (err) | KV logged / planned (err %) | fits logged / planned | verdict |",
-              "|" + "---|" * 11]
+              "logged / planned (err) | weights band | KV logged / planned (err %) | KV interval "
+              "| fits logged / planned | verdict |", "|" + "---|" * 13]
     for r in rows:
         lines.append(f"| {r.id} | {r.set} | {r.model} | {r.method} | {r.layout} | {r.kernels} | {r.kernel_extra_gib} "
-                     f"| {r.logged_weights_gib} / {r.planned_weights_gib} ({r.weights_err_gib}) | {r.logged_kv_gib} / "
-                     f"{r.planned_kv_gib} ({r.kv_err_pct}) | {r.logged_fits} / {r.planned_fits} | {r.verdict} |")
+                     f"| {r.logged_weights_gib} / {r.planned_weights_gib} ({r.weights_err_gib}) | {r.weights_band} "
+                     f"| {r.logged_kv_gib} / {r.planned_kv_gib} ({r.kv_err_pct}) | {pa._span(r.kv_interval_gib)} "
+                     f"| {r.logged_fits} / {r.planned_fits} | {r.verdict} |")
     return "\n".join(lines)
 
 

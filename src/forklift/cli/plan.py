@@ -65,6 +65,12 @@ def render(p: planner.Plan) -> None:
         f"`forklift probe {p.recipe or 'RECIPE'}` settles it)")
     console.print(f"{verdict}: {p.kv_tokens:,} KV tokens, max_model_len {p.max_model_len:,} "
                   f"(largest that fits {p.largest_max_model_len:,}), max concurrency {p.max_concurrency:.2f}x")
+    if p.interval is not None and p.platform == "cuda":
+        iv = p.interval
+        bands = "; ".join(f"{b.term} {b.planned_gib:.2f} +/-{b.band_gib:.2f} ({b.why})" if b.term != "kv_pool"
+                          else f"+/-{b.band_gib:.2f} ({b.why})" for b in iv.terms)
+        console.print(f"KV pool {iv.kv_pool_gib[0]:.2f}..{iv.kv_pool_gib[1]:.2f} GiB, headroom "
+                      f"{iv.margin_gib[0]:+.2f}..{iv.margin_gib[1]:+.2f} GiB: {bands}", highlight=False)
     rf = p.roofline
     console.print(f"decode <= {rf.decode_tok_s_single:.1f} tok/s single stream, <= {rf.decode_tok_s_aggregate:.1f} "
                   f"tok/s at {rf.concurrency} streams; prefill <= {rf.prefill_tok_s:,.0f} tok/s")

@@ -32,6 +32,9 @@ class HardwareProfile(BaseModel):
     bandwidth_gbs: float = Field(gt=0)
     tflops: dict[str, float]
     compute_capability: str = ""
+    l2_cache_mib: float | None = None
+    """The GPU's L2 cache as torch reads it (``get_device_properties().L2_cache_size``): Inductor's first-call
+    autotuning allocates a flush buffer of this size (plan/terms.py compile_flush). None: not known."""
     amx: bool = False
     aliases: list[str] = Field(default_factory=list)
     gpu_names: list[str] = Field(default_factory=list)

@@ -41,7 +41,7 @@ def balanced_partition(core_plan: Core) -> list[int] | None:
 def replan(core_plan: Core, deployment: Deployment) -> Core | None:
     """The core of ``deployment`` with the same model and version rules, or None when vLLM would reject it."""
     try:
-        return core(context(deployment, core_plan.ctx.src, core_plan.ctx.vr))
+        return core(context(deployment, core_plan.ctx.src, core_plan.ctx.vr, core_plan.ctx.st.compile_cache))
     except ForkliftError:
         return None
 

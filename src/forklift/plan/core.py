@@ -54,6 +54,9 @@ class Settings:
     runner: str = "v1"
     prefix_caching: bool | None = None
     kv_budget: int | str | None = None
+    compile_cache: str = "cold"
+    """torch.compile's cache of this model and settings on the nodes: 'cold' (a first start; what a plan assumes and
+    what C0 was chosen on) or 'warm' (a restart: no first-call autotuning, terms.compile_flush)."""
 
 
 @dataclass(frozen=True)
@@ -151,7 +154,7 @@ def _check_version(spec: ModelSpec, release: rules.VersionRules) -> None:
 
 
 def settings(deployment: Deployment, spec: ModelSpec, profiles: list[HardwareProfile],
-             release: rules.VersionRules) -> Settings:
+             release: rules.VersionRules, compile_cache: str = "cold") -> Settings:
     s, par = deployment.recipe.serve, deployment.recipe.parallel
     prof = min(profiles, key=lambda p: p.memory_gib)
     platform = prof.kind
@@ -172,11 +175,12 @@ def settings(deployment: Deployment, spec: ModelSpec, profiles: list[HardwarePro
         ep=s.enable_expert_parallel, num_spec=s.speculative.num_speculative_tokens if s.speculative else 0,
         capability=prof.compute_capability,
         runner=release.runner_for(spec.architecture, moe=spec.is_moe, hybrid=spec.is_hybrid, quantized=quantized),
-        prefix_caching=s.enable_prefix_caching, kv_budget=s.kv_cache_memory_bytes,
+        prefix_caching=s.enable_prefix_caching, kv_budget=s.kv_cache_memory_bytes, compile_cache=compile_cache,
     )
 
 
-def context(deployment: Deployment, src: SpecSource, release: rules.VersionRules) -> Context:
+def context(deployment: Deployment, src: SpecSource, release: rules.VersionRules,
+            compile_cache: str = "cold") -> Context:
     """Check the layout as vLLM would, place the ranks and resolve the settings."""
     par = deployment.recipe.parallel
     _check_version(src.spec, release)
@@ -187,7 +191,8 @@ def context(deployment: Deployment, src: SpecSource, release: rules.VersionRules
         src = src.model_copy(update={"spec": src.spec.model_copy(update={"vision": None})})
     place = layout.placement(par.tp, par.pp, len(deployment.nodes),
                              [p.gpus if p.kind == "cuda" else None for p in profiles], dp=par.dp)
-    ctx = Context(deployment, src, release, profiles, place, settings(deployment, src.spec, profiles, release))
+    ctx = Context(deployment, src, release, profiles, place,
+                  settings(deployment, src.spec, profiles, release, compile_cache))
     quant_rules.check(src.spec, quant_rules.scheme_for(ctx), quant_rules.setup_for(ctx))  # will it start
     return ctx
 
@@ -214,7 +219,15 @@ def profile_batch(ctx: Context, block: int) -> terms.Batch:
                        expert_tp=1 if st.ep else st.tp * st.dp, capability=st.capability, num_spec=st.num_spec,
                        moe_backend=moe_backend(ctx),
                        attention=terms.attention_backend(ctx.spec, st.capability, st.kv_dtype),
-                       unified=any(p.unified for p in ctx.profiles))
+                       unified=any(p.unified for p in ctx.profiles),
+                       warm_flush=compile_flush(ctx) if st.compile_cache == "warm" else 0.0)
+
+
+def compile_flush(ctx: Context) -> float:
+    """terms.compile_flush on this deployment's GPUs (the smallest L2; 0 when one profile lacks it, or eager)."""
+    st = ctx.st
+    return min(terms.compile_flush(p.l2_cache_mib, compiled=st.platform == "cuda" and not st.eager)
+               for p in ctx.profiles)
 
 
 def moe_backend(ctx: Context) -> str:

@@ -15,12 +15,12 @@ from forklift.hardware.profiles import NetworkProfile
 from forklift.hardware.profiles import network as get_network
 from forklift.model.load import SpecSource, spec_for
 from forklift.model.tensors import param_count
-from forklift.plan import calibrate, kvspecs, rules
+from forklift.plan import calibrate, interval, kvspecs, rules
 from forklift.plan.advice import advice, balanced_partition
 from forklift.plan.core import GIB, Context, Core, context, core, probe_for
 from forklift.plan.files import model_files
 from forklift.plan.notes import claim_notes, notes, speculative_roofline_notes
-from forklift.plan.result import Decisions, Plan, ProbeUse, Roofline, Unplanned
+from forklift.plan.result import Decisions, Interval, Plan, ProbeUse, Roofline, Unplanned
 from forklift.plan.roofline import StageCost, compute
 from forklift.recipe.deployment import Deployment, from_recipe, resolve
 from forklift.recipe.schema import Recipe
@@ -79,28 +79,43 @@ def decisions(deployment: Deployment, applied: list[str] | None = None, kv_bytes
 _KV_ERRORS = ("No available memory for the cache blocks", "To serve at least one request")
 
 
-def close_call(core_plan: Core) -> tuple[str, float | None, float | None]:
-    """(verdict, KV margin GiB, uncertainty GiB). The margin is the smallest rank's pool minus one max_model_len
-    request; within the uncertainty band (plan/data/vllm.yaml close_call) the verdict is 'too close to call'.
+def close_call(core_plan: Core) -> tuple[str, float | None, float | None, Interval | None]:
+    """(verdict, KV margin GiB, uncertainty GiB below the plan, interval). The margin is the smallest rank's pool
+    minus one max_model_len request. Unprobed discrete GPUs: the interval is the terms' bands (plan/interval.py);
+    'fits' only when its lower end fits, 'does not fit' only when its upper end does not, else 'too close to call'.
+    A probe's pool or terms: its run-to-run band (vllm.yaml close_call); unified memory unprobed: the GB10 terms'
+    spread (plan/gb10.py); a pool vLLM does not profile (vLLM-CPU, kv_cache_memory_bytes): none.
     Errors that are not about the KV pool (a refused max_model_len, the free-memory check) stay 'does not fit'."""
     margin = min(p - lay.needed_bytes() for p, lay in zip(core_plan.pools, core_plan.layouts, strict=True)) / GIB
+    rank = interval.smallest(core_plan)
     if core_plan.error is not None and not core_plan.error.startswith(_KV_ERRORS):
-        return "does not fit", round(margin, 3), None
+        return "does not fit", round(margin, 3), None, None
+    decided = "fits" if core_plan.fits else "does not fit"
     if core_plan.settings.platform != "cuda" or isinstance(core_plan.settings.kv_budget, int):
-        return ("fits" if core_plan.fits else "does not fit"), round(margin, 3), 0.0
+        iv = interval.make_interval(rank.kv_pool_gib, margin, 0.0, 0.0, [interval.pool_band(
+            "set", 0.0, "the pool is set (VLLM_CPU_KVCACHE_SPACE or kv_cache_memory_bytes), not profiled")])
+        return decided, round(margin, 3), 0.0, iv
     band = rules.data()["close_call"]
     pool = min(core_plan.pools) / GIB
     if "pool" in core_plan.probe_used or "terms" in core_plan.probe_used:
         unc = max(float(band["probed_floor_gib"]), float(band["probed_pool_frac"]) * max(pool, 0.0))
-    elif core_plan.verdict_reason:  # unified memory, unprobed: the GB10 terms' own spread decides (plan/gb10.py)
-        return core_plan.verdict, round(margin, 3), core_plan.band_gib
+        iv = interval.make_interval(rank.kv_pool_gib, margin, unc, unc, [interval.pool_band(
+            "probe", unc, "measured by a probe of these nodes and settings: its run-to-run spread")])
+        verdict = "too close to call" if abs(margin) <= unc else decided
+        return verdict, round(margin, 3), round(unc, 3), iv
+    if core_plan.verdict_reason:  # unified memory, unprobed: the GB10 terms' own spread decides (plan/gb10.py)
+        unc = core_plan.band_gib or 0.0
+        iv = interval.make_interval(rank.kv_pool_gib, margin, unc, unc, [interval.pool_band(
+            "gb10", unc, f"unified memory: the spread of the GB10 terms ({core_plan.verdict_reason})")])
+        return core_plan.verdict, round(margin, 3), core_plan.band_gib, iv
+    iv, below, above = interval.for_terms(core_plan, rank, margin)
+    if core_plan.fits and margin - below > 0:
+        verdict = "fits"
+    elif not core_plan.fits and margin + above < 0:
+        verdict = "does not fit"
     else:
-        r = min(core_plan.ranks, key=lambda x: x.kv_pool_gib)
-        unc = float(band["floor_gib"]) + float(band["terms_frac"]) * (
-            r.weights_gib + r.activation_gib + r.non_torch_gib + r.cudagraph_gib)
-    if abs(margin) <= unc:
-        return "too close to call", round(margin, 3), round(unc, 3)
-    return ("fits" if core_plan.fits else "does not fit"), round(margin, 3), round(unc, 3)
+        verdict = "too close to call"
+    return verdict, round(margin, 3), round(below, 3), iv
 
 
 def probe_use(core_plan: Core) -> ProbeUse | None:
@@ -122,7 +137,7 @@ def probe_use(core_plan: Core) -> ProbeUse | None:
 
 
 def _probe_notes(core_plan: Core, use: ProbeUse | None, verdict: str, margin: float | None,
-                 unc: float | None) -> list[str]:
+                 unc: float | None, iv: Interval | None = None) -> list[str]:
     name = core_plan.ctx.deployment.recipe.name or "RECIPE"
     out: list[str] = []
     if use is not None:
@@ -135,8 +150,10 @@ def _probe_notes(core_plan: Core, use: ProbeUse | None, verdict: str, margin: fl
             out.append(f"closest probe {use.key} ({use.measured_at}, vLLM {use.vllm_build}) not used: a setting that "
                        f"changes memory differs{differs}; `forklift probe {name}` measures these settings")
     if verdict == "too close to call" and margin is not None and unc is not None and not core_plan.verdict_reason:
-        out.append(f"too close to call: the smallest KV headroom is {margin:+.2f} GiB, within the plan's uncertainty "
-                   f"of +/-{unc:.2f} GiB; `forklift probe {name}` settles it (starts vLLM on the nodes with dummy "
+        within = (f"between {iv.margin_gib[0]:+.2f} and {iv.margin_gib[1]:+.2f} GiB by the terms' bands"
+                  if iv is not None else f"within the plan's uncertainty of +/-{unc:.2f} GiB")
+        out.append(f"too close to call: the smallest KV headroom is {margin:+.2f} GiB, {within}; "
+                   f"`forklift probe {name}` settles it (starts vLLM on the nodes with dummy "
                    "weights, stops once the KV cache is sized) and the next plan uses what it measured")
     return out
 
@@ -157,9 +174,9 @@ def _plan(core_plan: Core, applied: list[str]) -> Plan:
     node_ranges = [[ctx.ranges[s] for s in ctx.place.stages_of(n)] for n in range(len(deployment.nodes))]
     files, file_notes = model_files(src.checkpoint_dir, [n.host for n in deployment.nodes], node_ranges,
                                     origin=src.origin)
-    verdict, margin, unc = close_call(core_plan)
+    verdict, margin, unc, iv = close_call(core_plan)
     use = probe_use(core_plan)
-    all_notes += _probe_notes(core_plan, use, verdict, margin, unc)
+    all_notes += _probe_notes(core_plan, use, verdict, margin, unc, iv)
     return Plan(
         deployment=deployment, decisions=decisions(deployment, applied, kv_budget(core_plan)),
         model=spec.name, architecture=spec.architecture, config_origin=src.origin, recipe=deployment.recipe.name,
@@ -176,6 +193,7 @@ def _plan(core_plan: Core, applied: list[str]) -> Plan:
         calibrated=core_plan.calibration is not None, ranks=core_plan.ranks, roofline=roof, advice=advice(core_plan),
         model_files=files,
         notes=[*all_notes, *file_notes], verdict=verdict, kv_margin_gib=margin, uncertainty_gib=unc, probe=use,
+        interval=iv,
     )
 
 
@@ -220,13 +238,15 @@ def for_recipe(recipe: str | None = None, overrides: Sequence[str] = (), *, vllm
 
 
 def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source: SpecSource | None = None,
-         apply: bool = False) -> Plan:
+         apply: bool = False, compile_cache: str = "cold") -> Plan:
     """Plan a deployment: vLLM's memory arithmetic per rank, KV capacity, roofline and advice. Pure; no GPU.
 
     Does not raise when the model does not fit: ``plan.fits`` is False and ``plan.error`` holds vLLM's message.
     Raises PlanError / HardwareError / ModelError for layouts vLLM would reject or models it cannot describe.
     ``apply``: take the balanced PP split and the first advice step that fits, and plan that instead
     (``plan.decisions.applied`` lists the --set items; the plan's deployment carries them).
+    ``compile_cache``: 'cold' (a first start; the default) or 'warm' (torch.compile's cache of these settings is on
+    the nodes, as on a restart: no first-call autotuning buffer, terms.compile_flush).
     """
     deployment = deployment_of(target)
     patch_notes = _patch_notes(deployment.recipe)  # unknown ids refused, overrides noted
@@ -236,15 +256,15 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
     speculative.check(deployment.recipe, vllm_version=vllm_version, default_version=rules.default_version(),
                       model=src.spec)
     vr = rules.rules_for(vllm_version)
-    ctx = context(deployment, src, vr)
+    ctx = context(deployment, src, vr, compile_cache)
     probed_version = None if vllm_version is not None else _probed_version(ctx)
     if probed_version is not None:  # no --vllm-version: the release a probe of these nodes ran
         vr = rules.rules_for(probed_version)
-        ctx = context(deployment, src, vr)
+        ctx = context(deployment, src, vr, compile_cache)
     c = core(ctx)
     applied = _to_apply(c) if apply else []
     if applied:
-        c = core(context(deployment.with_sets(applied), src, vr))
+        c = core(context(deployment.with_sets(applied), src, vr, compile_cache))
     plan = _plan(c, applied)
     if probed_version is not None:
         patch_notes = [f"no --vllm-version: planned for vLLM {probed_version}, the release the probe of these nodes "

@@ -112,6 +112,27 @@ class ProbeUse(_Frozen):
     """What the estimator alone predicts (no probe, no calibration), to compare with."""
 
 
+class TermBand(_Frozen):
+    """One term of the smallest rank: what the plan says and how far it may be off."""
+
+    term: str
+    planned_gib: float
+    band_gib: float
+    basis: Literal["verified", "unverified", "probe", "gb10", "set"]
+    key: str
+    """What the band is verified under: the quantization method (weights), the model family (activation, CUDA
+    graphs) or the layout (non-torch)."""
+    why: str
+
+
+class Interval(_Frozen):
+    """The smallest rank's KV pool and headroom (pool minus one max_model_len request) as ranges, and the terms."""
+
+    kv_pool_gib: tuple[float, float]
+    margin_gib: tuple[float, float]
+    terms: list[TermBand]
+
+
 class Unplanned(_Frozen):
     """No plan: the planner cannot describe the model or hardware (or a forced start over a layout error).
     ``render`` and ``up`` still work from it; the run record keeps the reason."""
@@ -175,8 +196,11 @@ class Plan(_Frozen):
     kv_margin_gib: float | None = None
     """Smallest KV pool minus what one max_model_len request needs, over ranks (negative: short)."""
     uncertainty_gib: float | None = None
-    """How far the pool may be off (plan/data/vllm.yaml close_call): the band the verdict uses."""
+    """How far the pool may be below the plan (plan/interval.py: the terms' bands; a probe's or the GB10 terms'
+    spread): the band the verdict uses."""
     probe: ProbeUse | None = None
+    interval: Interval | None = None
+    """The smallest rank's KV pool and headroom as ranges, with each term's band and what it is verified on."""
 
     @property
     def decode_tok_s_single(self) -> float:

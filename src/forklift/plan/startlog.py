@@ -41,6 +41,8 @@ _DESIRED = re.compile(rf"Free memory on device \({_NUM}/{_NUM} GiB\) on startup\
 _CAPTURED = re.compile(rf"Graph capturing finished in {_NUM} secs?, took {_NUM} GiB")
 _VERSION = re.compile(r"version (\d+\.\d+\.\d+\S*)")
 _ARGS = re.compile(r"non-default args: (\{.*\})")
+_COMPILE_WARM = re.compile(r"Directly load AOT compilation|Directly load the compiled graph")
+_COMPILE_COLD = re.compile(r"Compiling a graph for compile range|torch\.compile and initial profiling")
 
 
 def _f(text: str) -> float:
@@ -80,6 +82,8 @@ class LogFacts(BaseModel):
     """GPU: utilization x total, the memory vLLM asked for ('Desired GPU memory utilization is (U, N GiB)')."""
     graph_capture_gib: float | None = None
     """'Graph capturing finished in N secs, took M GiB': CUDA-graph capture is done."""
+    compile_cache: str | None = None
+    """'warm' when vLLM loaded the compiled model from torch.compile's cache, 'cold' when it compiled; None: silent."""
 
     @property
     def fits(self) -> bool | None:
@@ -160,4 +164,9 @@ def parse_log(text: str) -> LogFacts:
                 pass
         _memory_lines(line, data)
         _kv_lines(line, data)
+        if "compile_cache" not in data:
+            if _COMPILE_WARM.search(line):
+                data["compile_cache"] = "warm"
+            elif _COMPILE_COLD.search(line):
+                data["compile_cache"] = "cold"
     return LogFacts(**data)

@@ -41,6 +41,7 @@ class Batch:
     attention: str = "fa3"  # the decoder's attention backend: fa3 | fa2 | flashinfer | mla (attention_backend)
     unified: bool = False  # integrated GPU: vLLM's free-memory readings include host memory (GB10)
     layers: int = 0  # decoder layers on this stage (host memory per captured graph grows with them)
+    warm_flush: float = 0.0  # a warm torch.compile cache: the flush buffer a cold start adds at the MLP (compile_flush)
 
 
 def _attention(spec: ModelSpec, batch: Batch) -> float:
@@ -72,8 +73,29 @@ def _state_mixer(spec: ModelSpec, batch: Batch) -> float:
 
 
 def _dense_mlp(spec: ModelSpec, batch: Batch) -> float:
+    """Residual, gate/up output and the activation's output. C0 (chosen on cold starts) holds the L2 flush buffer of
+    Inductor's first-call autotuning of the activation's Triton kernel, benchmarked while these are alive; a warm
+    compile cache autotunes nothing, so its MLP peak is that much lower (``warm_flush``, compile_flush)."""
     gated = spec.moe.gated if spec.moe is not None else spec.family != "nemotron_h"
-    return batch.mnbt * (spec.hidden_size + (3 if gated else 2) * spec.intermediate_size / batch.tp) * batch.dtype_bytes
+    live = batch.mnbt * (spec.hidden_size + (3 if gated else 2) * spec.intermediate_size / batch.tp) * batch.dtype_bytes
+    return live - batch.warm_flush
+
+
+def compile_flush(l2_cache_mib: float | None, *, compiled: bool) -> float:
+    """The bytes a cold torch.compile cache adds to the profile run's peak (vLLM 0.26.0, torch 2.11), where the peak
+    is an Inductor kernel's (the dense MLP's activation).
+
+    On a cold cache the first forward compiles inside ``profile_run`` (compilation/decorators.py, the ``aot_compile``
+    path), and Inductor autotunes each Triton kernel that has several configs on its first call
+    (torch/_inductor/runtime/triton_heuristics.py CachingAutotuner.autotune_to_one_config -> benchmark_all_configs),
+    timing it with InductorBenchmarker.benchmark_gpu (runtime/benchmarking.py), which allocates an L2-sized flush
+    buffer (``get_device_cache_size() // 4`` int32) while the kernel's operands are alive: inside
+    gpu_worker.py determine_available_memory's ``allocated_bytes.all.peak``. A warm cache loads the compiled artifact
+    with its tuned configs (decorators.py _try_load_aot_compiled_fn; monitor_profiling_run asserts no backend
+    compilation) and benchmarks nothing. Eager runs compile nothing. 0 where the profile has no L2 size."""
+    if not compiled or not l2_cache_mib:
+        return 0.0
+    return l2_cache_mib * MIB
 
 
 def attention_backend(spec: ModelSpec, capability: str, kv_dtype: str) -> str:

@@ -34,7 +34,8 @@ def test_every_h200_log_has_a_point() -> None:
 @pytest.mark.parametrize(("point", "log", "version"), POINTS, ids=[p["id"] for p, _, _ in POINTS])
 def test_kv_pool_tokens_and_verdict(point: dict[str, Any], log: Path, version: str, tmp_path: Path) -> None:
     facts = parse_log(log.read_text(errors="replace"))
-    plan = make(pa.recipe_for(point, tmp_path), vllm_version=facts.vllm_version or version)
+    plan = make(pa.recipe_for(point, tmp_path), vllm_version=facts.vllm_version or version,
+                compile_cache=facts.compile_cache or "cold")  # the start's torch.compile cache, as its log says
     assert facts.fits is not None, f"{log.name}: the log says neither started nor stopped"
     assert plan.fits == facts.fits
     assert facts.available_kv_gib
