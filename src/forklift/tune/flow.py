@@ -44,6 +44,9 @@ class Request:
     """Run-to-run noise of one run from a fresh start (log sd) for the intervals; None: compare's vLLM-CPU figure."""
     candidates: tuple[str, ...] = ()
     """Explicit candidates instead of the plan's grid: each a space-separated list of ``serve.KEY=VALUE``."""
+    requests: int = 64
+    """Distinct requests of a synthetic workload (sent in order, cycling): more than a run sends, so that a
+    workload without shared prefixes does not hit the prefix cache on its second lap."""
 
 
 @dataclass
@@ -76,10 +79,11 @@ def prepare(req: Request) -> tuple[Deployment, TuneSlo, list[Workload], space.Sp
     deployment = resolve(req.recipe, list(req.overrides))
     max_len = deployment.recipe.serve.max_model_len
     cap = None if max_len is None else int(max_len * 0.6 / space.TOKENS_PER_WORD)
-    workloads = [resolve_workload(w, concurrency=req.concurrency, size=req.size, max_prompt_words=cap)
+    workloads = [resolve_workload(w, concurrency=req.concurrency, size=req.size, count=req.requests,
+                                   max_prompt_words=cap)
                  for w in req.workloads]
     if not workloads:
-        raise TuneError("no workload", fix="Pass --workload chat|rag|code|agent|FILE.")
+        raise TuneError("no workload", fix="Pass --workload chat|rag|code|agent|summarize|FILE.")
     for c in req.candidates:
         bad = [x for x in c.split() if not x.startswith("serve.") or "=" not in x]
         if bad:

@@ -10,13 +10,15 @@ Pruning, before anything starts: a value equivalent to the baseline at the workl
 (``max_num_seqs`` at or above the number of users), a candidate whose plan does not fit or that the planner
 refuses is dropped with its reason, and ``max_num_seqs`` whose requests' KV would not fit the planned pool is
 dropped. Ranking: a small model of the workload on the plan's roofline (decode step time interpolated between
-the single-stream and the batched bound, prefill at the plan's compute bound, queueing when ``max_num_seqs`` is
-below the users), giving a predicted goodput under the SLO; the search measures in that order.
+the single-stream and the batched bound, prefill at the plan's compute bound, every other stream's prefill
+stalling a request's decode once, queueing when ``max_num_seqs`` is below the users), giving a predicted goodput
+under the SLO; the search measures in that order.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,12 +76,16 @@ def predict(plan: Plan, workload: Workload, slo: TuneSlo) -> float:
     step = t1 + (t_big - t1) * (batch - 1) / (big - 1) if big > 1 else t1
     prompt = workload.mean_words * TOKENS_PER_WORD
     out = max(1.0, workload.mean_output)
-    prefill_rate = max(plan.roofline.prefill_tok_s, 1e-9)
-    chunk = min(plan.max_num_batched_tokens, prompt)
-    tpot = step + (batch / out) * prompt / prefill_rate  # mean: every new request's prefill shared over the steps
-    tpot_tail = step + chunk / prefill_rate  # a step that carries a whole chunk
-    service = out * tpot + prompt / prefill_rate
-    ttft = prompt / prefill_rate + max(0.0, users / batch - 1) * service  # queueing for a slot
+    prefill = prompt / max(plan.roofline.prefill_tok_s, 1e-9)
+    chunks = max(1, math.ceil(prompt / max(1, plan.max_num_batched_tokens)))
+    # A request's TPOT is its decode time over its tokens: each of the other streams in flight starts a new
+    # request about once while it decodes, and that prefill stalls every step it runs in, whatever the chunk
+    # (the chunk spreads the stall, it does not shrink it). p95: a Poisson count of such prefills.
+    others = batch - 1
+    tpot = step + others * prefill / out
+    tpot_tail = step + (others + 1.645 * math.sqrt(others)) * prefill / out
+    service = out * tpot + prefill + (chunks - 1) * step
+    ttft = prefill + (chunks - 1) * step + max(0.0, users / batch - 1) * service  # queueing for a slot
     rate = batch / service
     limits = slo.per_request()
     ok = 1.0
