@@ -72,10 +72,12 @@ class Workload:
     def mean_output(self) -> float:
         return sum(r.output_len for r in self.requests) / max(1, len(self.requests))
 
-    def write_jsonl(self, path: Path) -> Path:
+    def write_jsonl(self, path: Path, start: int = 0) -> Path:
+        """The requests as bench's prompt file, beginning at request ``start`` (then wrapping round)."""
+        k = start % max(1, len(self.requests))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps({"prompt": r.prompt, "output_len": r.output_len}) + "\n"
-                                for r in self.requests), encoding="utf-8")
+                                for r in self.requests[k:] + self.requests[:k]), encoding="utf-8")
         return path
 
     def to_json(self) -> dict[str, Any]:
