@@ -75,3 +75,23 @@ def test_apply_refuses_a_bundled_recipe_and_foreign_keys(tmp_path: Path) -> None
         apply.plan(recipe, ["model.source=x"], [])
     with pytest.raises(TuneError, match="would not load"):
         apply.plan(recipe, ["serve.max_num_seqs=0"], [])
+
+
+def test_long_prompts_under_a_tight_tpot_rank_fewer_streams_first() -> None:
+    """Every other stream's prefill stalls a request's decode: with ~2.5 s prefills (a slow host) and a TPOT limit
+    the defaults' 4 streams cannot meet, the plan puts a max_num_seqs cap first; with a loose TPOT limit the cap
+    only adds queueing, and the baseline is predicted best."""
+    from forklift.plan import for_launch
+
+    def slow(dep):  # type: ignore[no-untyped-def]
+        p = for_launch(dep)
+        return p.model_copy(update={"roofline": p.roofline.model_copy(update={"prefill_tok_s": 500.0})})
+
+    w = synthetic("summarize", count=16)
+    w = type(w)(w.name, 4, w.requests, w.description, w.shared_prefix, w.source, w.meta)
+    tight = space.build(resolve("default"), w, parse("ttft_p95=15000,tpot_p95=80"), plan_fn=slow, max_candidates=3)
+    assert tight.candidates[1].sets[0].startswith("serve.max_num_seqs=")
+    assert tight.candidates[1].predicted > 2 * tight.candidates[0].predicted
+    loose = space.build(resolve("default"), w, parse("ttft_p95=15000,tpot_p95=1000"), plan_fn=slow, max_candidates=3)
+    assert loose.candidates[0].predicted >= max(c.predicted for c in loose.candidates[1:])
+    assert not any(s.startswith("serve.max_num_seqs=") for c in loose.candidates[1:2] for s in c.sets)
