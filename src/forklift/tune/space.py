@@ -2,8 +2,10 @@
 
 Knobs (each a typed recipe field): ``serve.max_num_seqs``, ``serve.max_num_batched_tokens`` (vLLM's V1 engine
 always chunks prefills; this is the chunk, so it is also the chunked-prefill threshold), ``serve.kv_cache_dtype``
-(fp8 on CUDA only) and ``serve.enable_prefix_caching``. The recipe as given is the baseline: vLLM's defaults for
-every knob it leaves unset, which the plan states (``Plan.max_num_seqs``, ``Plan.max_num_batched_tokens``).
+(fp8 on CUDA only), ``serve.enable_prefix_caching`` and, when the recipe speculates with a fixed K,
+``serve.speculative.num_speculative_tokens`` (half and double the recipe's K). The recipe as given is the
+baseline: vLLM's defaults for every knob it leaves unset, which the plan states (``Plan.max_num_seqs``,
+``Plan.max_num_batched_tokens``).
 CUDA-graph capture sizes have no typed field in the recipe, so they are not searched (the note says so).
 
 Pruning, before anything starts: a value equivalent to the baseline at the workload's concurrency is dropped
@@ -108,7 +110,8 @@ def _label(sets: tuple[str, ...]) -> str:
     if not sets:
         return "baseline"
     return " ".join(s.removeprefix("serve.").replace("max_num_batched_tokens", "mnbt")
-                    .replace("enable_prefix_caching", "prefix_caching") for s in sets)
+                    .replace("enable_prefix_caching", "prefix_caching")
+                    .replace("speculative.num_speculative_tokens", "spec_k") for s in sets)
 
 
 def build(deployment: Deployment, workload: Workload, slo: TuneSlo, *, plan_fn: PlanFn = for_launch,
@@ -172,8 +175,18 @@ def build(deployment: Deployment, workload: Workload, slo: TuneSlo, *, plan_fn: 
     else:
         notes.append("prefix caching: vLLM's default (on) kept for a workload with shared prefixes")
 
+    depth: list[int | None] = [None]
+    spec = serve.speculative
+    if spec is None:
+        notes.append("speculative depth: the recipe decodes without speculation")
+    elif spec.num_speculative_tokens_per_batch_size is not None:
+        notes.append("speculative depth: the recipe sets K per batch size; it is kept")
+    else:
+        k0 = spec.num_speculative_tokens
+        depth += sorted({max(1, k0 // 2), 2 * k0} - {k0})
+
     combos: list[tuple[str, ...]] = [tuple(c) for c in explicit]
-    for s, m, k, p in [] if explicit else itertools.product(seqs, mnbt, kv, prefix):
+    for s, m, k, p, d in [] if explicit else itertools.product(seqs, mnbt, kv, prefix, depth):
         sets: list[str] = []
         if s is not None:
             sets.append(f"serve.max_num_seqs={s}")
@@ -185,6 +198,8 @@ def build(deployment: Deployment, workload: Workload, slo: TuneSlo, *, plan_fn: 
             sets.append(f"serve.kv_cache_dtype={k}")
         if p is not None:
             sets.append(f"serve.enable_prefix_caching={str(p).lower()}")
+        if d is not None:
+            sets.append(f"serve.speculative.num_speculative_tokens={d}")
         if len(sets) <= 2:  # one or two knobs away from the baseline: the search stays local
             combos.append(tuple(sets))
 

@@ -95,3 +95,15 @@ def test_long_prompts_under_a_tight_tpot_rank_fewer_streams_first() -> None:
     loose = space.build(resolve("default"), w, parse("ttft_p95=15000,tpot_p95=1000"), plan_fn=slow, max_candidates=3)
     assert loose.candidates[0].predicted >= max(c.predicted for c in loose.candidates[1:])
     assert not any(s.startswith("serve.max_num_seqs=") for c in loose.candidates[1:2] for s in c.sets)
+
+
+def test_speculative_depth_is_searched_only_when_the_recipe_speculates() -> None:
+    w = synthetic("chat", count=8)
+    spec = space.build(resolve("default", ["serve.speculative.method=ngram",
+                                           "serve.speculative.num_speculative_tokens=4"]), w, SLO, max_candidates=50)
+    depths = {s for c in spec.candidates for s in c.sets if s.startswith("serve.speculative.")}
+    assert depths == {"serve.speculative.num_speculative_tokens=2", "serve.speculative.num_speculative_tokens=8"}
+    assert any(c.name == "spec_k=2" for c in spec.candidates)
+    plain = space.build(resolve("default"), w, SLO, max_candidates=50)
+    assert not any(s.startswith("serve.speculative.") for c in plain.candidates for s in c.sets)
+    assert any("without speculation" in n for n in plain.notes)
