@@ -20,12 +20,13 @@ earlier light SLO (ttft_p95=3000,tpot_p95=100 on rag/chat at 8 users) is met by 
 (NOTES.md, "Tune"; kept as ``benchmarks/data/tune/cpu-light-slo.*``).
 
 Here: ``tune.flow.run`` on the default recipe (its own FORKLIFT_HOME, port ``FORKLIFT_TUNE_BENCH_PORT`` or
-18210), summarize then chat at 4 users, both under that SLO, the plan's grid: two candidates besides the
-baseline, chosen after the baseline's first runs (the plan's roofline puts SmolLM2's prefill at ~2,350 tokens/s
-where this shared host gives ~300-800, so tune predicts the grid again with the baseline's measured medians
-before starting anything else). 24-minute budget, 25-second runs, up to 2 runs a start, one A/B round (baseline
-and winner started again). The same run with two named candidates (``max_num_seqs=2`` and the smaller chunk
-``max_num_batched_tokens=512`` the earlier note suspected) is ``benchmarks/data/tune/cpu-named.*``.
+18210), summarize then chat at 4 users, both under that SLO, two candidates named up front (``--candidate``):
+``max_num_seqs=2`` and the smaller chunk ``max_num_batched_tokens=512`` the earlier note suspected. 24-minute
+budget, 25-second runs, up to 2 runs a start, one A/B round (baseline and winner started again); measured
+2026-12-02 as ``benchmarks/data/tune/cpu.*``. The plan's own grid does not find ``max_num_seqs=2`` here: its
+roofline puts SmolLM2's prefill at ~2,350 tokens/s where this shared host gave ~300-800, and the re-rank from the
+baseline's medians chose ``max_num_seqs=1`` (a 3-deep queue, TTFT p95 ~27 s against 15 s):
+``benchmarks/data/tune/cpu-grid.*``, 2.17x inconclusive (0.79..6.00).
 Writes bench-results/tune_cpu.json and tune_cpu.md (and pareto.html beside), and tune_summary.md with both
 machines. ``--h200-only`` summarises the committed H200 files without starting anything.
 """
@@ -46,6 +47,7 @@ SLO = "ttft_p95=15000,tpot_p95=80"
 """Stated before measuring (the module's doc): a steady stream (12.5 tokens/s at p95) after a long document's wait."""
 WORKLOADS = ("summarize", "chat")
 USERS = 4
+CANDIDATES = ("serve.max_num_seqs=2", "serve.max_num_batched_tokens=512")
 PORT = int(os.environ.get("FORKLIFT_TUNE_BENCH_PORT", "18210"))
 H200_FILES = ("h200.json", "h200-summarize.json")
 
@@ -58,7 +60,7 @@ def run_cpu() -> dict[str, Any]:
     os.environ["FORKLIFT_HOME"] = home
     try:
         req = flow.Request("default", WORKLOADS, SLO, 24.0, (f"serve.port={PORT}",), USERS, 1.0, 25.0, 2, 2,
-                           1, False, False, OUT / "tune_cpu", "tunebench")
+                           1, False, False, OUT / "tune_cpu", "tunebench", candidates=CANDIDATES)
         result = flow.run(req, on_event=lambda text: print(f"  {text}", flush=True))
     finally:
         shutil.rmtree(home, ignore_errors=True)
