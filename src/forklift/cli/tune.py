@@ -15,8 +15,8 @@ from forklift.tune import flow
 
 def tune_cmd(
     recipe: RecipeArg = None,
-    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, rag, code, agent, or a JSONL file of "
-                                                                   "{prompt, output_len}.")] = "chat",
+    workload: Annotated[str, typer.Option("--workload", "-w", help="chat, rag, code, agent, summarize, or "
+                                                                   "a JSONL file of {prompt, output_len}.")] = "chat",
     slo: Annotated[str, typer.Option("--slo", help="Latency objectives, e.g. ttft_p95=2000,tpot_p95=80 "
                                                    "(ms; '2s' works).")] = "ttft_p95=2000,tpot_p95=100",
     budget: Annotated[float, typer.Option("--budget", help="Minutes the whole search may take.")] = 30.0,
@@ -24,6 +24,8 @@ def tune_cmd(
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Users (default: the workload "
                                                                                 "class's).")] = None,
     size: Annotated[float, typer.Option("--size", help="Scale of the synthetic prompts (0.5: half as long).")] = 1.0,
+    requests: Annotated[int, typer.Option("--requests", help="Distinct requests of a synthetic workload (sent in "
+                                                             "order, cycling).")] = 64,
     run_s: Annotated[float, typer.Option("--run-seconds", help="Seconds per bench run.")] = 60.0,
     max_runs: Annotated[int, typer.Option("--max-runs", help="Bench runs per candidate start (at most).")] = 3,
     max_candidates: Annotated[int, typer.Option("--candidates", help="At most this many candidates besides the "
@@ -49,7 +51,7 @@ def tune_cmd(
     intervals (server starts as the unit), a table and a Pareto page. Exit 0; 2 for bad input."""
     req = flow.Request(recipe or "default", (workload,), slo, budget, tuple(sets or ()), concurrency, size, run_s,
                        max_runs, max_candidates, confirm, apply, dry_run, out_dir, name,
-                       prior_noise, tuple(candidate or ()))
+                       prior_noise, tuple(candidate or ()), requests)
 
     def progress(text: str) -> None:
         if not json_out:

@@ -5,6 +5,7 @@ recipe file with the evidence as a comment."""
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,9 @@ class Request:
     """Run-to-run noise of one run from a fresh start (log sd) for the intervals; None: compare's vLLM-CPU figure."""
     candidates: tuple[str, ...] = ()
     """Explicit candidates instead of the plan's grid: each a space-separated list of ``serve.KEY=VALUE``."""
+    requests: int = 64
+    """Distinct requests of a synthetic workload (sent in order, cycling): more than a run sends, so that a
+    workload without shared prefixes does not hit the prefix cache on its second lap."""
 
 
 @dataclass
@@ -76,10 +80,11 @@ def prepare(req: Request) -> tuple[Deployment, TuneSlo, list[Workload], space.Sp
     deployment = resolve(req.recipe, list(req.overrides))
     max_len = deployment.recipe.serve.max_model_len
     cap = None if max_len is None else int(max_len * 0.6 / space.TOKENS_PER_WORD)
-    workloads = [resolve_workload(w, concurrency=req.concurrency, size=req.size, max_prompt_words=cap)
+    workloads = [resolve_workload(w, concurrency=req.concurrency, size=req.size, count=req.requests,
+                                   max_prompt_words=cap)
                  for w in req.workloads]
     if not workloads:
-        raise TuneError("no workload", fix="Pass --workload chat|rag|code|agent|FILE.")
+        raise TuneError("no workload", fix="Pass --workload chat|rag|code|agent|summarize|FILE.")
     for c in req.candidates:
         bad = [x for x in c.split() if not x.startswith("serve.") or "=" not in x]
         if bad:
@@ -118,8 +123,29 @@ def run(req: Request, *, measurer: search.Measurer | None = None, on_event: Call
     opts = search.Options(budget_s=req.budget_min * 60, max_runs=req.max_runs, confirm=req.confirm,
                           guess_run_s=req.run_s + 10,
                           prior_noise=req.prior_noise if req.prior_noise is not None else evidence.DEFAULT_PRIOR)
+    reranked: list[str] = []
+
+    def rerank(base: search.Trial) -> list[space.Candidate] | None:
+        """The plan's ranking again with the baseline's measured medians on the first workload (grid only)."""
+        w = workloads[0]
+        got = [s.percentiles_ms for s in base.samples if s.workload == w.name]
+        ttft = [v for p in got if (v := p.get("ttft_p50")) is not None]
+        tpot = [v for p in got if (v := p.get("tpot_p50")) is not None]
+        plan = sp.plans.get("baseline")
+        if plan is None or not ttft or not tpot:
+            return None
+        m = space.calibrate(plan, w, statistics.median(ttft), statistics.median(tpot))
+        if m is None:
+            return None
+        again = list(space.rerank(sp, w, slo, m))
+        reranked.append(f"re-ranked after the baseline: measured prefill {m.prefill_tok_s:.0f} tok/s (plan "
+                        f"{plan.roofline.prefill_tok_s:.0f}), decode step {m.step_scale:.2f}x the plan's; order "
+                        + ", ".join(c.name for c in again))
+        return again
+
     result.outcome = search.run(sp.candidates, workloads, measurer, opts, clock=clock,
-                                on_event=on_event or (lambda _: None))
+                                on_event=on_event or (lambda _: None), rerank=None if req.candidates else rerank)
+    result.outcome.notes += reranked
     result.table = report.rows(result.outcome, slo, opts.prior_noise)
     title = f"forklift tune {req.recipe}"
     files = {"json": folder / "tune.json", "md": folder / "tune.md", "html": folder / "pareto.html"}

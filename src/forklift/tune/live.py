@@ -61,14 +61,19 @@ class LiveMeasurer:
     name: str = "tune"
     on_event: Callable[[str], None] = field(default=lambda _: None)
     _record: RunRecord | None = None
-    _files: dict[str, Path] = field(default_factory=dict)
+    _files: dict[tuple[str, int], Path] = field(default_factory=dict)
+    _sent: dict[str, int] = field(default_factory=dict)
+    """Requests sent to the running start per workload: the next run begins after them, so a later run of one
+    start does not resend prompts the prefix cache already holds (every start begins at the first prompt)."""
 
     def _prompts(self, workload: Workload) -> Path:
-        if workload.name not in self._files:
-            self._files[workload.name] = workload.write_jsonl(self.folder / f"workload-{workload.name}.jsonl")
-        return self._files[workload.name]
+        key = (workload.name, self._sent.get(workload.name, 0) % max(1, len(workload.requests)))
+        if key not in self._files:
+            self._files[key] = workload.write_jsonl(self.folder / f"workload-{key[0]}-{key[1]}.jsonl", key[1])
+        return self._files[key]
 
     def start(self, candidate: Candidate) -> str:
+        self._sent.clear()
         plan = for_launch(self.deployment.with_sets(list(candidate.sets)))
         result = up(plan, name=self.name, on_event=lambda phase, detail: self.on_event(f"{phase}: {detail}"))
         self._record = result.record
@@ -84,6 +89,7 @@ class LiveMeasurer:
         if not result.runs:
             raise TuneError(f"{candidate.name}: the bench ran no level ({result.aborted})",
                             fix="Look at the run's log with `forklift logs`.")
+        self._sent[workload.name] = self._sent.get(workload.name, 0) + self.warmup + len(result.runs[0].records)
         return sample_of(result.runs[0], candidate.name, workload.name, start, self.slo)
 
     def stop(self, candidate: Candidate) -> None:

@@ -10,6 +10,9 @@ otherwise the search ends there and says so.
 Then, with what is left and ``confirm`` rounds, the baseline and the winner are started again alternately
 (A/B/A/B, one run of each workload per start) so the final interval rests on more than one start a side.
 
+Before any other candidate starts, ``rerank`` may reorder them from what the baseline's runs measured (``flow``
+predicts them again with the measured prefill rate and step: the plan's roofline can be far off on a shared host).
+
 Measurement goes through ``Measurer`` (the live one starts recipes with ``forklift up``; tests pass a fake).
 """
 
@@ -150,10 +153,14 @@ def _best(trials: Sequence[Trial], workload: str, prior: float) -> Trial | None:
     return max(scored, key=lambda x: x[0])[1] if scored else None
 
 
+Rerank = Callable[["Trial"], Sequence[Candidate] | None]
+
+
 def run(candidates: Sequence[Candidate], workloads: Sequence[Workload], measurer: Measurer, opts: Options, *,
-        clock: Callable[[], float] = time.monotonic, on_event: Event = _noop) -> Outcome:
+        clock: Callable[[], float] = time.monotonic, on_event: Event = _noop, rerank: Rerank | None = None) -> Outcome:
     """Measure the candidates in order inside ``opts.budget_s`` (see the module's doc). The first candidate is
-    the baseline every other is reported against."""
+    the baseline every other is reported against. ``rerank``: called with the baseline's trial once it is measured;
+    the candidates it returns (None: keep them) replace the rest."""
     timer = _Clock(opts.budget_s, clock)
     names = [w.name for w in workloads]
     out = Outcome(names, [Trial(c) for c in candidates], budget_s=opts.budget_s)
@@ -215,12 +222,19 @@ def run(candidates: Sequence[Candidate], workloads: Sequence[Workload], measurer
         trial.reason = "cannot beat the best: " + "; ".join(verdicts)
         return True
 
-    for i, trial in enumerate(out.trials):
+    i = 0
+    while i < len(out.trials):
+        trial = out.trials[i]
         if not one_start(trial, opts.max_runs, early_stop=i > 0):
             for skipped in out.trials[i:]:
                 skipped.status, skipped.reason = "skipped (budget)", f"{timer.left:.0f} s left, a start and a round " \
                     f"take ~{_mean(starts, opts.guess_start_s) + len(workloads) * _mean(runs, opts.guess_run_s):.0f} s"
             break
+        if i == 0 and rerank is not None and trial.samples:
+            again = rerank(trial)
+            if again is not None:
+                out.trials[1:] = [Trial(c) for c in again]
+        i += 1
 
     base = out.trials[0]
     for w in names:

@@ -2,23 +2,29 @@
 
 Knobs (each a typed recipe field): ``serve.max_num_seqs``, ``serve.max_num_batched_tokens`` (vLLM's V1 engine
 always chunks prefills; this is the chunk, so it is also the chunked-prefill threshold), ``serve.kv_cache_dtype``
-(fp8 on CUDA only) and ``serve.enable_prefix_caching``. The recipe as given is the baseline: vLLM's defaults for
-every knob it leaves unset, which the plan states (``Plan.max_num_seqs``, ``Plan.max_num_batched_tokens``).
+(fp8 on CUDA only), ``serve.enable_prefix_caching`` and, when the recipe speculates with a fixed K,
+``serve.speculative.num_speculative_tokens`` (half and double the recipe's K). The recipe as given is the
+baseline: vLLM's defaults for every knob it leaves unset, which the plan states (``Plan.max_num_seqs``,
+``Plan.max_num_batched_tokens``).
 CUDA-graph capture sizes have no typed field in the recipe, so they are not searched (the note says so).
 
 Pruning, before anything starts: a value equivalent to the baseline at the workload's concurrency is dropped
 (``max_num_seqs`` at or above the number of users), a candidate whose plan does not fit or that the planner
 refuses is dropped with its reason, and ``max_num_seqs`` whose requests' KV would not fit the planned pool is
 dropped. Ranking: a small model of the workload on the plan's roofline (decode step time interpolated between
-the single-stream and the batched bound, prefill at the plan's compute bound, queueing when ``max_num_seqs`` is
-below the users), giving a predicted goodput under the SLO; the search measures in that order.
+the single-stream and the batched bound, prefill at the plan's compute bound, every other stream's prefill
+stalling a request's decode once, queueing when ``max_num_seqs`` is below the users), giving a predicted goodput
+under the SLO; the search measures in that order. Once the baseline has run, ``calibrate`` turns its measured
+TTFT and TPOT medians into a prefill rate and step time, and ``rerank`` predicts the kept and reserve candidates
+again with them (the roofline can be off several-fold on a shared host).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from forklift.errors import ForkliftError
@@ -57,29 +63,49 @@ class Space:
     pruned: tuple[tuple[str, str], ...]
     """(sets, reason) of every candidate the plan dropped."""
     notes: tuple[str, ...]
+    reserve: tuple[Candidate, ...] = ()
+    """Candidates that fit but ranked below ``max_candidates``: ``rerank`` may bring them in."""
+    plans: dict[str, Plan] = field(default_factory=dict, compare=False, repr=False)
+    """Each candidate's plan by name (the baseline's too), for ``rerank``."""
 
     def to_json(self) -> dict[str, Any]:
         return {"candidates": [c.to_json() for c in self.candidates],
                 "pruned": [{"sets": s, "reason": r} for s, r in self.pruned], "notes": list(self.notes)}
 
 
-def predict(plan: Plan, workload: Workload, slo: TuneSlo) -> float:
+@dataclass(frozen=True)
+class Measured:
+    """The baseline's speed as measured on its first runs, in place of the plan's roofline (``calibrate``)."""
+
+    prefill_tok_s: float
+    step_scale: float
+    """Measured decode step over the roofline's."""
+
+
+def _step(plan: Plan, batch: int) -> float:
+    t1 = 1.0 / max(plan.roofline.decode_tok_s_single, 1e-9)
+    big = max(1, plan.roofline.concurrency)
+    t_big = big / max(plan.roofline.decode_tok_s_aggregate, 1e-9)
+    return t1 + (t_big - t1) * (batch - 1) / (big - 1) if big > 1 else t1
+
+
+def predict(plan: Plan, workload: Workload, slo: TuneSlo, measured: Measured | None = None) -> float:
     """Predicted goodput (req/s) of the workload on this plan: a ranking aid (see the module's doc)."""
     users = workload.concurrency
     batch = max(1, min(plan.max_num_seqs, users))
-    single = max(plan.roofline.decode_tok_s_single, 1e-9)
-    t1 = 1.0 / single
-    big = max(1, plan.roofline.concurrency)
-    t_big = big / max(plan.roofline.decode_tok_s_aggregate, 1e-9)
-    step = t1 + (t_big - t1) * (batch - 1) / (big - 1) if big > 1 else t1
+    step = _step(plan, batch) * (measured.step_scale if measured else 1.0)
     prompt = workload.mean_words * TOKENS_PER_WORD
     out = max(1.0, workload.mean_output)
-    prefill_rate = max(plan.roofline.prefill_tok_s, 1e-9)
-    chunk = min(plan.max_num_batched_tokens, prompt)
-    tpot = step + (batch / out) * prompt / prefill_rate  # mean: every new request's prefill shared over the steps
-    tpot_tail = step + chunk / prefill_rate  # a step that carries a whole chunk
-    service = out * tpot + prompt / prefill_rate
-    ttft = prompt / prefill_rate + max(0.0, users / batch - 1) * service  # queueing for a slot
+    prefill = prompt / max(measured.prefill_tok_s if measured else plan.roofline.prefill_tok_s, 1e-9)
+    chunks = max(1, math.ceil(prompt / max(1, plan.max_num_batched_tokens)))
+    # A request's TPOT is its decode time over its tokens: each of the other streams in flight starts a new
+    # request about once while it decodes, and that prefill stalls every step it runs in, whatever the chunk
+    # (the chunk spreads the stall, it does not shrink it). p95: a Poisson count of such prefills.
+    others = batch - 1
+    tpot = step + others * prefill / out
+    tpot_tail = step + (others + 1.645 * math.sqrt(others)) * prefill / out
+    service = out * tpot + prefill + (chunks - 1) * step
+    ttft = prefill + (chunks - 1) * step + max(0.0, users / batch - 1) * service  # queueing for a slot
     rate = batch / service
     limits = slo.per_request()
     ok = 1.0
@@ -102,7 +128,8 @@ def _label(sets: tuple[str, ...]) -> str:
     if not sets:
         return "baseline"
     return " ".join(s.removeprefix("serve.").replace("max_num_batched_tokens", "mnbt")
-                    .replace("enable_prefix_caching", "prefix_caching") for s in sets)
+                    .replace("enable_prefix_caching", "prefix_caching")
+                    .replace("speculative.num_speculative_tokens", "spec_k") for s in sets)
 
 
 def build(deployment: Deployment, workload: Workload, slo: TuneSlo, *, plan_fn: PlanFn = for_launch,
@@ -166,8 +193,18 @@ def build(deployment: Deployment, workload: Workload, slo: TuneSlo, *, plan_fn: 
     else:
         notes.append("prefix caching: vLLM's default (on) kept for a workload with shared prefixes")
 
+    depth: list[int | None] = [None]
+    spec = serve.speculative
+    if spec is None:
+        notes.append("speculative depth: the recipe decodes without speculation")
+    elif spec.num_speculative_tokens_per_batch_size is not None:
+        notes.append("speculative depth: the recipe sets K per batch size; it is kept")
+    else:
+        k0 = spec.num_speculative_tokens
+        depth += sorted({max(1, k0 // 2), 2 * k0} - {k0})
+
     combos: list[tuple[str, ...]] = [tuple(c) for c in explicit]
-    for s, m, k, p in [] if explicit else itertools.product(seqs, mnbt, kv, prefix):
+    for s, m, k, p, d in [] if explicit else itertools.product(seqs, mnbt, kv, prefix, depth):
         sets: list[str] = []
         if s is not None:
             sets.append(f"serve.max_num_seqs={s}")
@@ -179,10 +216,13 @@ def build(deployment: Deployment, workload: Workload, slo: TuneSlo, *, plan_fn: 
             sets.append(f"serve.kv_cache_dtype={k}")
         if p is not None:
             sets.append(f"serve.enable_prefix_caching={str(p).lower()}")
+        if d is not None:
+            sets.append(f"serve.speculative.num_speculative_tokens={d}")
         if len(sets) <= 2:  # one or two knobs away from the baseline: the search stays local
             combos.append(tuple(sets))
 
     scored: list[Candidate] = []
+    plans: dict[str, Plan] = {"baseline": base_plan}
     base = Candidate("baseline", (), predict(base_plan, workload, slo), "the recipe as given (vLLM's defaults "
                      "where it sets nothing)", _facts(base_plan))
     for combo in combos:
@@ -200,10 +240,34 @@ def build(deployment: Deployment, workload: Workload, slo: TuneSlo, *, plan_fn: 
             pruned.append((" ".join(combo), f"does not fit: {plan.error}"))
             continue
         scored.append(Candidate(_label(combo), combo, predict(plan, workload, slo), "", _facts(plan)))
+        plans[scored[-1].name] = plan
     if not explicit:
         scored.sort(key=lambda c: (-c.predicted, len(c.sets), c.name))
+    reserve: list[Candidate] = []
     if len(scored) > max_candidates:
         pruned += [(" ".join(c.sets), f"ranked {i + 1} of {len(scored)} by the plan (keeping {max_candidates})")
                    for i, c in enumerate(scored) if i >= max_candidates]
-        scored = scored[:max_candidates]
-    return Space((base, *scored), tuple(pruned), tuple(notes))
+        scored, reserve = scored[:max_candidates], scored[max_candidates:]
+    return Space((base, *scored), tuple(pruned), tuple(notes), tuple(reserve), plans)
+
+
+def calibrate(plan: Plan, workload: Workload, ttft_p50_ms: float, tpot_p50_ms: float) -> Measured | None:
+    """The baseline's measured medians -> the prefill rate and decode step they imply, when the baseline runs
+    every user at once (then TTFT's median is about one prefill, and TPOT's median the step plus the other streams'
+    prefills, as ``predict`` has it); None otherwise. The step is kept within 1/4..4x the roofline's."""
+    users = workload.concurrency
+    if plan.max_num_seqs < users or ttft_p50_ms <= 0 or tpot_p50_ms <= 0:
+        return None
+    prompt = workload.mean_words * TOKENS_PER_WORD
+    rate = prompt / (ttft_p50_ms / 1000)
+    rest = tpot_p50_ms / 1000 - (users - 1) * (prompt / rate) / max(1.0, workload.mean_output)
+    return Measured(rate, min(4.0, max(0.25, rest / _step(plan, users))))
+
+
+def rerank(sp: Space, workload: Workload, slo: TuneSlo, measured: Measured) -> tuple[Candidate, ...]:
+    """The candidates after the baseline, predicted again with the measured speed and sorted, as many as were
+    kept, drawn from the kept and the reserve."""
+    pool = [replace(c, predicted=predict(sp.plans[c.name], workload, slo, measured))
+            for c in (*sp.candidates[1:], *sp.reserve) if c.name in sp.plans]
+    pool.sort(key=lambda c: (-c.predicted, len(c.sets), c.name))
+    return tuple(pool[:len(sp.candidates) - 1])

@@ -13,6 +13,10 @@ median, clipped to the range, seeded):
 - ``code``: code-like prompts (median 300 words, 80..900) and long answers (median 256 tokens); 4 users.
 - ``agent``: one long system prompt and tool list (600 words) shared by every request, then a session's growing
   history (each turn repeats the previous turns); short answers (median 40 tokens, tool calls); 8 users.
+- ``summarize``: a long document of its own per request (median 900 words, 500..1,500, nothing shared, so prefix
+  caching cannot skip the prefill) and a short summary (median 64 tokens, 32..128); 8 users. Every new request's
+  prefill stalls the steps of every running stream, so the number of streams in flight (``max_num_seqs``) sets
+  the TPOT.
 
 ``size`` scales every prompt length (a CPU run takes 0.5; prompts never exceed ``max_prompt_words``).
 A replay: a JSONL of prompts (``forklift bench --prompts``' format); its concurrency is given.
@@ -30,7 +34,7 @@ from typing import Any
 
 from forklift.errors import TuneError
 
-CLASSES = ("chat", "rag", "code", "agent")
+CLASSES = ("chat", "rag", "code", "agent", "summarize")
 _WORDS = ("the", "warehouse", "opened", "before", "dawn", "and", "first", "trucks", "backed", "into", "loading",
           "bays", "while", "night", "crew", "counted", "pallets", "every", "crate", "carried", "label", "with",
           "its", "weight", "destination", "name", "of", "person", "who", "packed", "it", "driver", "learns",
@@ -68,10 +72,12 @@ class Workload:
     def mean_output(self) -> float:
         return sum(r.output_len for r in self.requests) / max(1, len(self.requests))
 
-    def write_jsonl(self, path: Path) -> Path:
+    def write_jsonl(self, path: Path, start: int = 0) -> Path:
+        """The requests as bench's prompt file, beginning at request ``start`` (then wrapping round)."""
+        k = start % max(1, len(self.requests))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps({"prompt": r.prompt, "output_len": r.output_len}) + "\n"
-                                for r in self.requests), encoding="utf-8")
+                                for r in self.requests[k:] + self.requests[:k]), encoding="utf-8")
         return path
 
     def to_json(self) -> dict[str, Any]:
@@ -132,6 +138,11 @@ def synthetic(kind: str, *, count: int = 64, seed: int = 0, size: float = 1.0,
             out.append(Request(docs[i % len(docs)] + "\n\n" + question, _length(rng, 64, 16, 160)))
         return Workload(kind, 8, tuple(out), "retrieval: four shared documents, short questions", True,
                         meta={"documents": len(docs), "document_words": doc_words})
+    if kind == "summarize":
+        for i in range(count):
+            doc = f"Report {i}: " + _text(rng, min(words(900, 500, 1500), max(1, cap - 12)))  # 12: the frame
+            out.append(Request(doc + "\n\nSummarize the report above in a few sentences.", _length(rng, 64, 32, 128)))
+        return Workload(kind, 8, tuple(out), "summaries of long documents, one document per request", False)
     # agent: a shared system prompt, then per session a growing history
     system = "You are an agent with tools search, fetch, write. " + _text(rng, round(600 * size))
     sessions = 8

@@ -153,3 +153,21 @@ def test_baseline_win_reports_the_best_challenger() -> None:
     v = out.versus_baseline["w"]
     assert v["verdict"] == "baseline wins" and v["challenger"]["winner"] == "close"
     assert 0.9 < v["challenger"]["ratio"] < 1.0
+
+
+def test_rerank_after_the_baseline_replaces_the_rest() -> None:
+    fake = Fake({"base": 1.0, "planned": 0.9, "better": 2.0})
+    seen: list[int] = []
+
+    def rerank(base: search.Trial) -> list[Candidate]:
+        seen.append(len(base.samples))
+        return cands("base", "x", "better")[2:]
+
+    out = search.run(cands("base", "planned"), [W], fake, search.Options(budget_s=3000, max_runs=2, confirm=0),
+                     clock=fake.clock, rerank=rerank)
+    assert seen == [2]  # once, with the baseline's runs
+    assert [t.candidate.name for t in out.trials] == ["base", "better"]
+    assert "start planned" not in fake.log and out.winner["w"] == "better"
+    kept = search.run(cands("base", "planned"), [W], Fake({"base": 1.0, "planned": 0.9}),
+                      search.Options(budget_s=3000, max_runs=1, confirm=0), rerank=lambda _: None)
+    assert [t.candidate.name for t in kept.trials] == ["base", "planned"]

@@ -99,3 +99,19 @@ def test_bad_input_is_refused_before_anything_starts(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
     dry = flow.run(req(dry_run=True, workloads=("rag",)))
     assert dry.outcome is None and dry.space.candidates[0].is_baseline and len(dry.space.candidates) > 1
+
+
+def test_summarize_documents_are_distinct_and_long(tmp_path: Path) -> None:
+    w = workloads.synthetic("summarize", count=32)
+    assert not w.shared_prefix and w.concurrency == 8
+    assert len({r.prompt.split(": ", 1)[1][:60] for r in w.requests}) == 32  # no two documents begin alike
+    assert min(len(r.prompt.split()) for r in w.requests) >= 500 and w.mean_words > 700
+    assert all(32 <= r.output_len <= 128 for r in w.requests)
+    capped = workloads.synthetic("summarize", count=8, size=4.0, max_prompt_words=1000)
+    assert max(len(r.prompt.split()) for r in capped.requests) <= 1000
+
+
+def test_jsonl_can_begin_at_a_later_request(tmp_path: Path) -> None:
+    w = workloads.synthetic("chat", count=5)
+    lines = [json.loads(x)["prompt"] for x in w.write_jsonl(tmp_path / "a.jsonl", 7).read_text().splitlines()]
+    assert lines == [r.prompt for r in w.requests[2:] + w.requests[:2]]  # 7 wraps to 2
