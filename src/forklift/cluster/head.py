@@ -28,7 +28,8 @@ def head_paths(ref: HeadRef, name: str) -> tuple[str, str]:
 def sync(record: RunRecord, ref: HeadRef, runner: Runner | None = None) -> tuple[RunRecord, SupervisorState | None,
                                                                               str | None]:
     """The head's record and supervisor state, saved here in this machine's view. Returns (record, state, None), or
-    (this machine's record, None, why) when the head could not be read (unreachable, files gone)."""
+    (this machine's record, None, why) when the head could not be read (unreachable, files gone), or (this
+    machine's record, None, None) when the run was started here again after the head's copy was written."""
     runner = runner or head_runner(ref, record.recipe.timeouts.ssh_s)
     rec_path, state_path = head_paths(ref, record.name)
     try:
@@ -37,7 +38,10 @@ def sync(record: RunRecord, ref: HeadRef, runner: Runner | None = None) -> tuple
         if not rec.ok or not st.ok:
             tail = ((rec.stderr if not rec.ok else st.stderr).strip().splitlines() or ["no output"])[-1]
             return record, None, f"cannot read the supervisor's files on {ref.host}: {tail}"
-        mine = from_head(record_from_text(rec.stdout, ref.host), record)
+        theirs = record_from_text(rec.stdout, ref.host)
+        if theirs.run_id != record.run_id and theirs.created_at <= record.created_at:
+            return record, None, None  # started here since (a plain `up`): the head's copy is an older run
+        mine = from_head(theirs, record)
         state = state_from_head(st.stdout, ref)
     except ForkliftError as exc:
         return record, None, f"cannot read the supervisor's state on {ref.host}: {exc.message}"

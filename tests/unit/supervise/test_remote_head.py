@@ -216,7 +216,7 @@ def _head_answers(rec: RunRecord, state: SupervisorState, ps: str = "") -> FakeR
 def test_status_reads_the_heads_restart_over_ssh(tmp_path: Path) -> None:
     mine = _record(tmp_path)
     mine.save()
-    restarted = for_head(mine).model_copy(update={"run_id": "def", "ranks": [
+    restarted = for_head(mine).model_copy(update={"run_id": "def", "created_at": mine.created_at + 60, "ranks": [
         RankState(rank=0, host=LOCAL_HOST, pid=300, pgid=300, log_path="/srv/fl/runs/pp2/rank0.log", node_index=0),
         RankState(rank=1, host="node-b", pid=400, pgid=400, log_path="/root/n2/rank1.log", ssh="root@10.237.0.2",
                   node_index=1)]})
@@ -229,6 +229,14 @@ def test_status_reads_the_heads_restart_over_ssh(tmp_path: Path) -> None:
     kept = load_state("pp2")
     assert kept is not None and kept.head == _ref() and kept.restarts == [100.0] and kept.last_recovery_s == 61.5
     assert kept.baseline_mem_available == {"node-a": 5}
+
+
+def test_a_run_started_here_again_is_not_replaced_by_the_heads_older_copy(tmp_path: Path) -> None:
+    old = _record(tmp_path).model_copy(update={"status": "stopped", "created_at": 1000.0})
+    mine = _record(tmp_path).model_copy(update={"run_id": "new", "created_at": 2000.0})
+    mine.save()
+    got, state, problem = sync(mine, _ref(), _head_answers(for_head(old), SupervisorState(name="pp2")))
+    assert got is mine and state is None and problem is None and load_record("pp2").run_id == "new"
 
 
 def test_an_unreadable_head_leaves_this_machines_view_and_says_why(tmp_path: Path) -> None:
