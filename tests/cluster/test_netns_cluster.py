@@ -273,10 +273,11 @@ def test_a_supervisor_on_the_remote_head_restarts_it_and_status_here_reads_it(ne
     while not (float(str((sup := _supervisor(net)).get("last_recovery_at") or 0)) > killed_at
                and sup["state"] == "watching"):
         assert time.monotonic() - killed < RECOVERY_BOUND_S, (sup, out.read_text(errors="replace")[-4000:])
-        assert sup["running"], (sup, out.read_text(errors="replace")[-4000:])
+        assert sup["state"] != "gave-up", (sup, out.read_text(errors="replace")[-4000:])
         time.sleep(2)
     assert "4" in _chat(net, "What is 2+2?")
     took = time.monotonic() - killed
+    assert sup["running"], sup  # the head's pid, asked with ps on node-a
     print(f"\npp=2 worker rank killed -> serving again in {took:.0f} s with the supervisor on the head (its "
           f"{sup['last_recovery_s']} s from noticing); cause: {sup['last_cause']}")
     status = json.loads(forklift(net, "status", "pp2", "--json").stdout)
