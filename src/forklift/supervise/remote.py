@@ -210,6 +210,7 @@ def start(record: RunRecord, mem_before: Mapping[str, int]) -> SupervisorState:
         except RemoteHeadError as exc:
             raise RemoteHeadError(f"{exc.message} ({record.name} serves, unsupervised; `forklift down "
                                   f"{record.name}` stops it)", fix=exc.fix) from None
+    stop_supervisor(record.name)  # one supervisor per run (a remote one included)
     return spawn(record, mem_before)
 
 
