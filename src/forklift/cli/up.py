@@ -24,6 +24,7 @@ from forklift.cluster.phases import PHASE_NAMES
 from forklift.cluster.up import preflight, up
 from forklift.plan import for_launch
 from forklift.recipe import Deployment, resolve
+from forklift.record import RunRecord
 
 PreflightOpt = Annotated[bool, typer.Option("--preflight-only", help="Check every node, start nothing.")]
 SuperviseOpt = Annotated[bool, typer.Option("--supervise", help="Once it serves, keep it serving: start the "
@@ -47,6 +48,17 @@ def _mem_before(deployment: Deployment) -> dict[str, int]:
     from forklift.supervise import baseline
 
     return baseline(deployment.recipe)
+
+
+def _supervise(rec: RunRecord, mem_before: dict[str, int]) -> tuple[int | None, str | None, str]:
+    """Start the supervisor (on the head when the recipe says so): its pid, the remote head it runs on, its output."""
+    from forklift.supervise import SUPERVISOR_LOG
+    from forklift.supervise.remote import start
+
+    started = start(rec, mem_before)
+    if started.head is not None:
+        return started.pid, started.head.host, started.head.log or "?"
+    return started.pid, None, str(rec.path().parent / SUPERVISOR_LOG)
 
 
 def up_cmd(recipe: RecipeArg = None, name: NameOpt = None, set_: SetOpt = None, json_out: JsonOpt = False,
@@ -76,22 +88,19 @@ def up_cmd(recipe: RecipeArg = None, name: NameOpt = None, set_: SetOpt = None, 
         progress.update(task, completed=len(steps))
     print_warnings(result.warnings)
     rec = result.record
-    supervisor = None
-    if supervise:
-        from forklift.supervise import SUPERVISOR_LOG, spawn
-
-        supervisor = spawn(rec, mem_before).pid
-        supervisor_log = rec.path().parent / SUPERVISOR_LOG
+    supervisor, supervisor_on, supervisor_log = (_supervise(rec, mem_before) if supervise else (None, None, None))
     if json_out:
         print_json({"name": rec.name, "endpoint": rec.endpoint, "served_name": rec.served_name,
                     "ready_s": result.ready_s, "phases": result.phases, "first_token": result.first_token,
                     "vllm_version": rec.vllm_version, "ranks": [x.model_dump() for x in rec.ranks],
-                    "warnings": [w.to_json() for w in result.warnings], "supervisor_pid": supervisor})
+                    "warnings": [w.to_json() for w in result.warnings], "supervisor_pid": supervisor,
+                    "supervisor_on": supervisor_on})
         return
     console.print(f"[green]ready[/] {rec.name}: {rec.served_name} at {rec.endpoint}/v1 "
                   f"(vLLM {rec.vllm_version}, ready in {result.ready_s:.1f} s, first token {result.first_token!r})")
     if supervisor is not None:
-        console.print(f"supervised by pid {supervisor} (output {supervisor_log}); "
+        where = f" on {supervisor_on}" if supervisor_on else ""
+        console.print(f"supervised by pid {supervisor}{where} (output {supervisor_log}); "
                       f"`forklift status {rec.name}` shows it, `forklift down {rec.name}` stops both", highlight=False)
     console.print(f"next: `forklift check {rec.name}`, `forklift logs {rec.name}`, `forklift down {rec.name}`")
 

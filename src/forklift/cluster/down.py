@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from forklift.cluster import head
 from forklift.cluster.stop import record_runners, stop_all
 from forklift.endpoint import Endpoint
 from forklift.errors import ForkliftError, RunError
@@ -17,7 +18,7 @@ from forklift.launch.docker import LABEL_RUN_ID
 from forklift.recipe.schema import Recipe
 from forklift.record import RankState, RunRecord, SalvagedRank, salvage, save_status, set_aside, up_in_progress
 from forklift.record import load as load_record
-from forklift.record.supervisor import SupervisorState, load_state, save_state
+from forklift.record.supervisor import HeadRef, SupervisorState, load_state, save_state
 from forklift.runner import LocalRunner, Runner
 from forklift.runner.fanout import fan_out
 from forklift.runner.ssh import SshRunner, default_ssh_config
@@ -91,39 +92,53 @@ def _accelerators(record: RunRecord, runners: Mapping[int, Runner], recipe: Reci
 
 
 def _supervisor_alive(state: SupervisorState, runner: Runner) -> bool:
-    """The recorded supervisor pid still runs `forklift ... supervise` (a pid reused since is left alone)."""
-    if state.pid is None or state.host not in (None, socket.gethostname()):
+    """The recorded supervisor pid still runs `forklift ... supervise` (a pid reused since is left alone); on a
+    remote head (``state.head``) asked there through its Runner."""
+    if state.pid is None or (state.head is None and state.host not in (None, socket.gethostname())):
         return False
-    res = runner.run(["ps", "-o", "stat=,args=", "-p", str(state.pid)], timeout=15)
+    try:
+        res = runner.run(["ps", "-ww", "-o", "stat=,args=", "-p", str(state.pid)], timeout=15)  # -ww: never cut
+    except ForkliftError:  # an unreachable head: its supervisor cannot be seen from here
+        return False
     text = res.stdout.strip()
     return res.ok and not text.startswith("Z") and "supervise" in text and "forklift" in text
 
 
+def _runner_for(state: SupervisorState, runner: Runner | None) -> Runner:
+    if runner is not None:
+        return runner
+    return head.head_runner(state.head) if state.head is not None else LocalRunner()
+
+
 def supervisor_state(name: str, runner: Runner | None = None) -> tuple[SupervisorState | None, bool]:
-    """The run's supervisor state and whether its process runs now (on this machine)."""
+    """The run's supervisor state and whether its process runs now (on this machine, or on the remote head it was
+    started on)."""
     state = load_state(name)
     if state is None:
         return None, False
-    return state, _supervisor_alive(state, runner or LocalRunner())
+    return state, _supervisor_alive(state, _runner_for(state, runner))
 
 
 def stop_supervisor(name: str, *, grace_s: float = 60.0, runner: Runner | None = None) -> str | None:
     """SIGTERM the run's supervisor (its pid only: the ranks it started live in their own sessions), wait, then
-    SIGKILL; mark its state stopped. None when there was none running (or it is this process)."""
-    runner = runner or LocalRunner()
-    state, alive = supervisor_state(name, runner)
-    if state is None or state.pid == os.getpid():
+    SIGKILL; mark its state stopped. None when there was none running (or it is this process). A supervisor on a
+    remote head is signalled there, through the head's Runner."""
+    state = load_state(name)
+    if state is None or (state.head is None and state.pid == os.getpid()):
         return None
+    runner = _runner_for(state, runner)
+    alive = _supervisor_alive(state, runner)
     outcome = None
     if alive and state.pid is not None:
         runner.run(["kill", "-TERM", str(state.pid)], timeout=15)
         deadline = time.monotonic() + grace_s
         while _supervisor_alive(state, runner) and time.monotonic() < deadline:
             time.sleep(0.3)
-        outcome = f"supervisor pid {state.pid} stopped"
+        where = f" on {state.head.host}" if state.head is not None else ""
+        outcome = f"supervisor pid {state.pid}{where} stopped"
         if _supervisor_alive(state, runner):
             runner.run(["kill", "-KILL", str(state.pid)], timeout=15)
-            outcome = f"supervisor pid {state.pid} killed after {grace_s:.0f} s"
+            outcome = f"supervisor pid {state.pid}{where} killed after {grace_s:.0f} s"
     state = load_state(name) or state
     if state.state not in ("stopped", "gave-up"):
         state.state = "stopped"
@@ -139,8 +154,14 @@ def down(record: RunRecord, *, grace_s: float | None = None,
     t0 = time.monotonic()
     recipe = record.recipe
     grace = grace_s if grace_s is not None else recipe.timeouts.stop_s
+    ref = _head_of(record.name)
+    if ref is not None:  # the head's supervisor pid now (a unit there may have started another since)
+        head.sync(record, ref)
     supervisor = stop_supervisor(record.name, grace_s=grace + 30)
-    if supervisor is not None:
+    if ref is not None:  # what the head's supervisor last started, in this machine's view
+        record, _, problem = head.sync(record, ref)
+        supervisor = "; ".join(x for x in (supervisor, problem) if x) or None
+    elif supervisor is not None:
         record = load_record(record.name)  # the supervisor may have restarted it meanwhile: stop what runs now
     runners = runners or record_runners(record)
     alive = _alive(record, runners)
@@ -162,9 +183,28 @@ def down(record: RunRecord, *, grace_s: float | None = None,
         )
     accel = _accelerators(record, runners, recipe) if alive else {}
     save_status(record, "stopped")
+    if ref is not None:
+        supervisor = _stopped_on_head(record, ref, supervisor)
     hosts = sorted({r.host for r in record.ranks})
     return DownResult(record.name, bool(alive), sorted(set(alive)), port_free, round(time.monotonic() - t0, 2),
                       hosts, accel, stopped.killed, supervisor)
+
+
+def _head_of(name: str) -> HeadRef | None:
+    state = load_state(name)
+    return state.head if state is not None else None
+
+
+def _stopped_on_head(record: RunRecord, ref: HeadRef, supervisor: str | None) -> str | None:
+    """The head's copy marked stopped (its unit must not bring the run back); a failure is said, not raised: the
+    deployment is down."""
+    state = load_state(record.name) or SupervisorState(name=record.name)
+    try:
+        head.mark_stopped(record, state, ref)
+    except ForkliftError as exc:
+        note = f"the record on {ref.host} still says {record.status}: {exc.message}"
+        return f"{supervisor}; {note}" if supervisor else note
+    return supervisor
 
 
 def _alive(record: RunRecord, runners: Mapping[int, Runner], roles: tuple[str, ...] = ("engine",)) -> list[int]:
@@ -239,6 +279,10 @@ def _liveness(record: RunRecord, runners: Mapping[int, Runner]) -> dict[int, _Li
 def status(record: RunRecord, runners: Mapping[int, Runner] | None = None) -> StatusResult:
     """The run's state from what is there now, not only from what the record last said: each rank's pid, its
     process group, /health, and whether the `up` that started it still holds the run's lock."""
+    ref = _head_of(record.name)
+    head_problem = None
+    if ref is not None:  # the head's supervisor may have restarted the run: read what runs now
+        record, _, head_problem = head.sync(record, ref)
     runners = runners or record_runners(record)
     live = _liveness(record, runners)
     out = StatusResult(record.name, record.status, record.endpoint, record.served_name, [], [], False,
@@ -264,6 +308,8 @@ def status(record: RunRecord, runners: Mapping[int, Runner] | None = None) -> St
             out.healthy = endpoint.healthy(timeout=3)
     out.status = _state(record, out, anything)
     out.supervisor = supervisor_summary(record)
+    if head_problem is not None:
+        out.problems.append(head_problem)
     if out.status in ("degraded", "dead", "orphaned") or out.orphans:
         out.fix = (f"`forklift down {record.name}` stops every process the run recorded (and their groups), "
                    f"then `forklift up` starts it again; `forklift doctor {record.name}` says why it broke.")
@@ -276,6 +322,8 @@ def supervisor_summary(record: RunRecord, now: float | None = None) -> dict[str,
         return None
     cause = state.last_cause
     return {"state": state.state, "running": alive, "pid": state.pid, "host": state.host,
+            "on_head": state.head.host if state.head is not None else None,
+            "log": state.head.log if state.head is not None else None,
             "restarts_in_window": state.restarts_in(record.recipe.supervise.window_s, now or time.time()),
             "max_restarts": record.recipe.supervise.max_restarts, "window_s": record.recipe.supervise.window_s,
             "restarts_total": len(state.restarts), "last_cause": cause.cause if cause else None,
@@ -350,7 +398,7 @@ def _salvaged_runner(rank: SalvagedRank) -> Runner:
 
 
 def _ours(runner: Runner, pgid: int) -> bool:
-    res = runner.run(["ps", "-o", "args=", "-p", str(pgid)], timeout=15)
+    res = runner.run(["ps", "-ww", "-o", "args=", "-p", str(pgid)], timeout=15)
     return res.ok and any(word in res.stdout for word in _SPAWNED)
 
 

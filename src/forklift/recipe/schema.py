@@ -467,10 +467,27 @@ class Supervise(Strict):
     memory_margin_gib: float = Field(default=2.0, ge=0, description="How far below its pre-start MemAvailable a "
                                      "node may stay and still count as released.")
     memory_wait_s: float = Field(default=60.0, ge=0, description="How long to wait for memory to come back.")
+    where: Literal["head", "here"] = Field(
+        default="head", description="Where `up --supervise` runs the supervisor. head: on node 0 (over SSH when "
+        "node 0 is remote: forklift must be installed there; the record is copied into its forklift home, and "
+        "`status` / `down` here read and stop it over SSH), so a control machine that sleeps does not stop it. "
+        "here: on this machine.",
+    )
+    forklift: list[str] | None = Field(
+        default=None, description="The argv that runs forklift on a remote head (default: the venv runtime's "
+        "python with `-m forklift.cli.main`, else `forklift` on the head's PATH).",
+    )
     on_event: list[str] | str | None = Field(
         default=None, description="Called on restart, give-up and recovery: an argv list (the event as JSON on "
         "stdin, its kind in $FORKLIFT_EVENT) or an http(s) URL (the event POSTed as JSON).",
     )
+
+    @field_validator("forklift")
+    @classmethod
+    def _forklift(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or not v[0].strip()):
+            raise ValueError("give the argv that runs forklift on the head, e.g. ['/opt/forklift/bin/forklift']")
+        return v
 
     @field_validator("on_event")
     @classmethod

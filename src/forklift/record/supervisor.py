@@ -33,6 +33,23 @@ class Incident(BaseModel):
     """The folder the rank logs and node facts were saved to."""
 
 
+class HeadRef(BaseModel):
+    """Where a run's supervisor runs when that is a remote head (kept in this machine's ``supervisor.json``)."""
+
+    host: str
+    """Node 0's name in the recipe."""
+    ssh: str
+    """How this machine reaches it."""
+    ssh_config: str | None = None
+    """The ssh config this machine reaches it with (the run's)."""
+    home: str
+    """The head's forklift home (its record is ``HOME/runs/NAME/record.json``)."""
+    forklift: list[str] = Field(default_factory=list)
+    """The argv that runs forklift there."""
+    log: str | None = None
+    """The supervisor's output on the head."""
+
+
 class SupervisorState(BaseModel):
     """``runs/NAME/supervisor.json``."""
 
@@ -58,6 +75,9 @@ class SupervisorState(BaseModel):
     the pids recorded there are not the run's any more."""
     gave_up: str | None = None
     """Why the supervisor gave up, when it did."""
+    head: HeadRef | None = None
+    """Set on the control machine when the supervisor runs on a remote head: this state is then a copy of the
+    head's, read over SSH (``status``), and the pid is the head's."""
 
     def restarts_in(self, window_s: float, now: float) -> int:
         return sum(1 for t in self.restarts if now - t < window_s)
@@ -119,5 +139,5 @@ def read_events(name: str) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["EventKind", "Incident", "SupervisorPhase", "SupervisorState", "append_event", "events_path", "load_state",
-           "read_events", "save_state", "state_path"]
+__all__ = ["EventKind", "HeadRef", "Incident", "SupervisorPhase", "SupervisorState", "append_event", "events_path",
+           "load_state", "read_events", "save_state", "state_path"]

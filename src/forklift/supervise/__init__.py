@@ -26,18 +26,22 @@ def command(name: str, python: str | None = None) -> list[str]:
     return [python or sys.executable, "-m", "forklift.cli.main", "supervise", name]
 
 
-def spawn(record: RunRecord, mem_before: Mapping[str, int], *, runner: Runner | None = None) -> SupervisorState:
+def spawn(record: RunRecord, mem_before: Mapping[str, int], *, runner: Runner | None = None,
+          secrets: Mapping[str, str] | None = None) -> SupervisorState:
     """Start ``forklift supervise NAME`` detached in its own session on this machine (it outlives the caller; its
-    pid is recorded in supervisor.json, which `forklift down` reads to stop it first)."""
+    pid is recorded in supervisor.json, which `forklift down` reads to stop it first). ``secrets``: variables its
+    environment gets besides this process's (the API key a remote control machine sent)."""
     runner = runner or LocalRunner()
     state = load_state(record.name) or SupervisorState(name=record.name)
     state.baseline_mem_available = dict(mem_before)
     state.state = "starting"
+    state.head = None
     state.gave_up = None
     state.startup_findings = []  # this start succeeded: no failed start in a row any more
     state.started_at = time.time()
     save_state(state)
-    spawned = runner.spawn(command(record.name), log_path=str(run_dir(record.name) / SUPERVISOR_LOG))
+    spawned = runner.spawn(command(record.name), log_path=str(run_dir(record.name) / SUPERVISOR_LOG),
+                           secret_env=secrets)
     state.pid = spawned.pid
     state.host = socket.gethostname()
     save_state(state)

@@ -110,23 +110,27 @@ class ServicePlan:
 
 def install_plan(record: RunRecord, *, unit_dir: str = UNIT_DIR, credentials_dir: str = CREDENTIALS_DIR,
                  python: str | None = None, environ: Mapping[str, str] | None = None, start: bool = False,
-                 user: str | None = None) -> ServicePlan:
+                 user: str | None = None, forklift: Sequence[str] | None = None, home: str | None = None,
+                 carried: Mapping[str, str] | None = None) -> ServicePlan:
     """What ``service install`` writes and runs for a run: the unit, the credentials file when the recipe names
-    an API key variable (read here from ``environ``), daemon-reload, enable (and start with ``start``)."""
+    an API key variable (read here from ``environ``), daemon-reload, enable (and start with ``start``).
+    For a unit on a remote head (``record`` as the head keeps it): ``forklift`` (the argv that runs forklift
+    there), ``home`` (its forklift home) and ``carried`` (the environment its unit carries) as the head said."""
     if not record.recipe.head.is_local:
         raise ServiceError(
             f"{record.name}: the head is {record.recipe.head.host}, not this machine; the supervisor unit runs on "
             "the head, beside its run record",
-            fix=f"Install forklift on {record.recipe.head.host}, start the run from there, and run "
-            f"`forklift service install {record.name}` there.")
+            fix=f"`forklift service install {record.name}` installs it there through SSH (forklift must be "
+            f"installed on {record.recipe.head.host}).")
     env = dict(os.environ if environ is None else environ)
     name = record.name
     unit = unit_name(name)
     unit_path = f"{unit_dir.rstrip('/')}/{unit}"
     var = record.api_key_env
     cred_path = f"{credentials_dir.rstrip('/')}/{name}.env" if var else None
-    carried = carried_environment(env)
-    text = render_unit(name, argv=command(name, python), home=str(paths.home().resolve()),
+    carried = dict(carried) if carried is not None else carried_environment(env)
+    argv = [*forklift, "supervise", name] if forklift else command(name, python)
+    text = render_unit(name, argv=argv, home=home or str(paths.home().resolve()),
                        user=user or getpass.getuser(), environment=carried, credentials=cred_path,
                        stop_s=record.recipe.timeouts.stop_s, description=f"{record.served_name} at {record.endpoint}")
     actions = []
