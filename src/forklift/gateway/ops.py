@@ -107,7 +107,7 @@ def _runs_as(runner: Runner, pid: int | None, word: str) -> bool:
     """The pid lives and its command line holds ``word`` (after a reboot a recorded pid may be another program)."""
     if not _alive(runner, pid):
         return False
-    res = runner.run(["ps", "-o", "args=", "-p", str(pid)], timeout=15)
+    res = runner.run(["ps", "-ww", "-o", "args=", "-p", str(pid)], timeout=15)
     return res.ok and word in res.stdout
 
 

@@ -103,3 +103,23 @@ def test_gateway_up_leaves_the_pids_the_watcher_wrote(monkeypatch: pytest.Monkey
     assert waited == [4101]
     assert (state.watcher_pid, state.proxy_pid) == (4101, 4102)
     assert json.loads(ops.state_path().read_text())["proxy_pid"] == 4102
+
+
+def test_the_watcher_recognises_its_proxy_by_a_long_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a recorded pid is still the proxy is read from its whole command line (the config path sits far
+    past 80 columns), also when the environment narrows ps's output (COLUMNS)."""
+    import subprocess
+    import sys
+
+    from forklift.gateway import ops
+    from forklift.runner.local import LocalRunner
+
+    monkeypatch.setenv("COLUMNS", "40")
+    word = "/" + "d" * 120 + "/config.yaml"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--config", word])
+    try:
+        assert ops._runs_as(LocalRunner(), proc.pid, word)
+        assert not ops._runs_as(LocalRunner(), proc.pid, word + "x")
+    finally:
+        proc.kill()
+        proc.wait()
