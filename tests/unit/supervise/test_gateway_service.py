@@ -71,7 +71,7 @@ def test_a_second_watcher_exits_2_and_a_reused_proxy_pid_is_not_adopted(tmp_path
                              watcher_pid=4242, proxy_pid=None)
     ops.save_state(state)
     other = FakeRunner().on(["ps", "-o", "stat="], stdout="S\n").on(
-        ["ps", "-o", "args="], stdout="/usr/bin/python3 -m forklift.cli.main gateway serve\n")
+        ["ps", "-ww", "-o", "args="], stdout="/usr/bin/python3 -m forklift.cli.main gateway serve\n")
     said: list[str] = []
     assert ops.serve(runner=other, say=said.append) == 2
     assert "another watcher (pid 4242)" in said[0] and not other.ran("/bin/litellm")
@@ -79,7 +79,7 @@ def test_a_second_watcher_exits_2_and_a_reused_proxy_pid_is_not_adopted(tmp_path
     ops.save_state(ops.GatewayState(runs=[], backends=[], host="127.0.0.1", port=18351, litellm="/bin/litellm",
                                     watcher_pid=4242, proxy_pid=5151))
     (ops.gateway_dir() / "admin.key").write_text("fk-admin-x")
-    rebooted = FakeRunner().on(["ps", "-o", "stat="], stdout="S\n").on(["ps", "-o", "args="],
+    rebooted = FakeRunner().on(["ps", "-o", "stat="], stdout="S\n").on(["ps", "-ww", "-o", "args="],
                                                                          stdout="/usr/sbin/sshd -D\n")
 
     def say(line: str) -> None:
@@ -102,7 +102,7 @@ def test_a_watcher_started_again_takes_over_the_proxy_that_still_serves() -> Non
                              watcher_pid=None, proxy_pid=5151)
     ops.save_state(state)
     proxy_args = f"/bin/litellm --config {ops.gateway_dir() / 'config.yaml'} --port 18352\n"
-    runner = FakeRunner().on(["ps", "-o", "stat="], stdout="S\n").on(["ps", "-o", "args="], stdout=proxy_args)
+    runner = FakeRunner().on(["ps", "-o", "stat="], stdout="S\n").on(["ps", "-ww", "-o", "args="], stdout=proxy_args)
 
     def say(line: str) -> None:
         if "still serves" in line:
