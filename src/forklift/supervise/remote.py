@@ -94,11 +94,23 @@ def parse_receipt(stdout: str, host: str) -> dict[str, Any]:
                           f"{stdout.strip()[-200:]!r}", fix=f"Upgrade forklift on {host} to this machine's version.")
 
 
+def _head_runner(record: RunRecord) -> Runner:
+    head = record.recipe.head
+    return runner_for(head, ssh_config=record.ssh_config, timeout_s=record.recipe.timeouts.ssh_s)
+
+
+def _head_ref(record: RunRecord, receipt: Mapping[str, Any], forklift: list[str], log: str | None) -> HeadRef:
+    """Where this machine follows the run's supervisor on the head (``status``, ``down``)."""
+    head = record.recipe.head
+    return HeadRef(host=head.host, ssh=head.ssh or head.host, ssh_config=record.ssh_config, home=receipt["home"],
+                   forklift=forklift, log=log)
+
+
 def start_on_head(record: RunRecord, mem_before: Mapping[str, int], *, runner: Runner | None = None,
                   environ: Mapping[str, str] | None = None) -> SupervisorState:
     """Send the record to the head's forklift and start the supervisor there, detached; keep its receipt here."""
     head = record.recipe.head
-    runner = runner or runner_for(head, ssh_config=record.ssh_config, timeout_s=record.recipe.timeouts.ssh_s)
+    runner = runner or _head_runner(record)
     stop_supervisor(record.name)  # one supervisor per run: one started earlier (here or there) stops first
     state = load_state(record.name) or SupervisorState(name=record.name)
     state.baseline_mem_available = dict(mem_before)
@@ -110,13 +122,13 @@ def start_on_head(record: RunRecord, mem_before: Mapping[str, int], *, runner: R
     key = api_key(var, environ=dict(os.environ if environ is None else environ),
                   who=f"the supervisor of '{record.name}' on {head.host}") if var else None
     secrets = {var: key} if var and key else {}
-    argv = [*head_forklift(record.recipe), "supervise", record.name, "--receive", "--detach"]
+    forklift = head_forklift(record.recipe)
+    argv = [*forklift, "supervise", record.name, "--receive", "--detach"]
     res = runner.run(argv, input=bundle(record, state, secrets), timeout=120)
     if not res.ok:
         raise failure(res, argv, head.host)
     receipt = parse_receipt(res.stdout, head.host)
-    state.head = HeadRef(host=head.host, ssh=head.ssh or head.host, ssh_config=record.ssh_config,
-                         home=receipt["home"], forklift=argv[:-4], log=receipt.get("log"))
+    state.head = _head_ref(record, receipt, forklift, receipt.get("log"))
     state.pid = receipt.get("pid")
     state.host = receipt.get("hostname")
     save_state(state)
@@ -168,7 +180,7 @@ def install_on_head(record: RunRecord, *, start: bool = False, dry_run: bool = F
     supervisor, without starting one), and the unit, rendered with the head's forklift, home, user and
     environment, is written and enabled there through its Runner. ``dry_run``: the head only says where."""
     head = record.recipe.head
-    runner = runner or runner_for(head, ssh_config=record.ssh_config, timeout_s=record.recipe.timeouts.ssh_s)
+    runner = runner or _head_runner(record)
     forklift = head_forklift(record.recipe)
     argv = [*forklift, "supervise", record.name, "--receive"]
     state, alive = supervisor_state(record.name)
@@ -189,8 +201,7 @@ def install_on_head(record: RunRecord, *, start: bool = False, dry_run: bool = F
     apply(plan, runner)
     if state.head is None:  # from now on `status` and `down` here follow the head's supervisor
         state.pid = None  # until the head's own state says which pid the unit's supervisor has
-        state.head = HeadRef(host=head.host, ssh=head.ssh or head.host, ssh_config=record.ssh_config,
-                             home=receipt["home"], forklift=forklift, log=f"journalctl -u {plan.unit}")
+        state.head = _head_ref(record, receipt, forklift, f"journalctl -u {plan.unit}")
         save_state(state)
     return plan
 
