@@ -7,6 +7,7 @@ other user files keep ``yaml.safe_load`` (its error messages are the ones the re
 
 from __future__ import annotations
 
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -20,6 +21,11 @@ _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def load_data(text: str) -> Any:
     """One YAML document from a file forklift ships, with a safe loader."""
     return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader (libyaml's or PyYAML's)
+
+
+def shipped(package: str, name: str) -> Any:
+    """``package``'s ``data/NAME`` (a YAML file forklift ships), read with ``load_data``."""
+    return load_data((resources.files(package) / "data" / name).read_text())
 
 
 class _UserLoader(yaml.SafeLoader):

@@ -30,7 +30,7 @@ from importlib import resources
 from typing import Any
 
 from forklift.plan import rules
-from forklift.yamlio import load_data
+from forklift.yamlio import load_data, shipped
 
 GIB = 2**30
 KIB_PER_GIB = 2**20
@@ -38,7 +38,7 @@ KIB_PER_GIB = 2**20
 
 @cache
 def data() -> dict[str, Any]:
-    loaded: dict[str, Any] = load_data((resources.files("forklift.plan") / "data" / "gb10.yaml").read_text())
+    loaded: dict[str, Any] = shipped("forklift.plan", "gb10.yaml")
     return loaded
 
 

@@ -13,19 +13,17 @@ end still fits, 'does not fit' only when its upper end does not.
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
 from forklift.model.quant import online_scheme
 from forklift.plan.core import GIB, Core, compile_flush
 from forklift.plan.result import Interval, RankPlan, TermBand
-from forklift.yamlio import load_data
+from forklift.yamlio import shipped
 
 
 @cache
 def data() -> dict[str, Any]:
-    text = (resources.files("forklift.plan") / "data" / "uncertainty.yaml").read_text()
-    loaded: dict[str, Any] = load_data(text)
+    loaded: dict[str, Any] = shipped("forklift.plan", "uncertainty.yaml")
     return loaded
 
 

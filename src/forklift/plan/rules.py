@@ -7,12 +7,11 @@ A release takes every entry of ``versions`` not above it, later entries overridi
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from forklift.yamlio import load_data
+from forklift.yamlio import shipped
 
 
 class VersionRules(BaseModel):
@@ -64,8 +63,7 @@ class VersionRules(BaseModel):
 
 @cache
 def data() -> dict[str, Any]:
-    text = (resources.files("forklift.plan") / "data" / "vllm.yaml").read_text()
-    loaded: dict[str, Any] = load_data(text)
+    loaded: dict[str, Any] = shipped("forklift.plan", "vllm.yaml")
     return loaded
 
 
@@ -140,6 +138,5 @@ def block_sizes() -> dict[str, Any]:
 
 @cache
 def claims() -> dict[str, dict[str, Any]]:
-    text = (resources.files("forklift.plan") / "data" / "claims.yaml").read_text()
-    loaded: dict[str, dict[str, Any]] = load_data(text) or {}
+    loaded: dict[str, dict[str, Any]] = shipped("forklift.plan", "claims.yaml") or {}
     return loaded

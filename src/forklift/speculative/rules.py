@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from forklift.errors import SpeculativeConfigError
@@ -18,7 +17,7 @@ from forklift.recipe.schema import Recipe
 from forklift.speculative import versions
 from forklift.speculative.render import config_dict
 from forklift.speculative.shape import ModelShape
-from forklift.yamlio import load_data
+from forklift.yamlio import shipped
 
 
 @dataclass(frozen=True)
@@ -59,8 +58,7 @@ class Facts:
 
 @cache
 def rule_table() -> list[dict[str, Any]]:
-    text = (resources.files("forklift.speculative") / "data" / "rules.yaml").read_text()
-    loaded: list[dict[str, Any]] = load_data(text)
+    loaded: list[dict[str, Any]] = shipped("forklift.speculative", "rules.yaml")
     return loaded
 
 

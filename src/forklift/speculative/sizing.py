@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from forklift.recipe.speculative import DRAFTED_METHODS, SpeculativeConfig
 from forklift.speculative.shape import ModelShape
-from forklift.yamlio import load_data
+from forklift.yamlio import shipped
 
 _OWN_DRAFT = ("draft_model", "eagle", "eagle3", "dflash", "medusa")
 """Methods whose draft is a separate checkpoint (``model``); mtp and dspark default to the target's."""
@@ -154,8 +153,7 @@ def budget(spec: SpeculativeConfig, *, max_num_seqs: int, max_num_batched_tokens
 
 @cache
 def acceptance_table() -> dict[str, dict[str, Any]]:
-    text = (resources.files("forklift.speculative") / "data" / "acceptance.yaml").read_text()
-    loaded: dict[str, dict[str, Any]] = load_data(text) or {}
+    loaded: dict[str, dict[str, Any]] = shipped("forklift.speculative", "acceptance.yaml") or {}
     return loaded
 
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
-from forklift.yamlio import load_data
+from forklift.yamlio import shipped
 
 Section = Literal["methods", "aliases", "keys"]
 _NUM = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
@@ -25,8 +24,7 @@ def key(text: str) -> tuple[int, int, int]:
 
 @cache
 def data() -> dict[str, Any]:
-    text = (resources.files("forklift.speculative") / "data" / "versions.yaml").read_text()
-    loaded: dict[str, Any] = load_data(text)
+    loaded: dict[str, Any] = shipped("forklift.speculative", "versions.yaml")
     return loaded
 
 
