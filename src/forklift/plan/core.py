@@ -56,7 +56,8 @@ class Settings:
     kv_budget: int | str | None = None
     compile_cache: str = "cold"
     """torch.compile's cache of this model and settings on the nodes: 'cold' (a first start; what a plan assumes and
-    what C0 was chosen on) or 'warm' (a restart: no first-call autotuning, terms.compile_flush)."""
+    what C0 was chosen on) or 'warm' (a restart: no first-call autotuning, terms.compile_flush; on unified memory
+    no compile residue either, gb10.cold_compile_bytes)."""
 
 
 @dataclass(frozen=True)
@@ -284,6 +285,7 @@ def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stor
         g = gb10.terms_for(ctx.vr.version)
         cg += g.cudagraph_excess_gib * GIB if graphs_on else 0.0  # the estimator reads MemFree there (gb10.py)
         non_torch += unified_watermarks(ctx).page_cache * GIB  # the page cache a raised low watermark keeps out
+        non_torch += gb10.cold_compile_bytes(g, compiled=graphs_on, compile_cache=st.compile_cache)  # (gb10.py)
     return Terms(weights, act, non_torch, cg, graphs_on and ctx.vr.subtracts_cudagraphs(st.runner), graphs)
 
 

@@ -17,6 +17,22 @@ Forms, from vLLM's code (0.12.0 - 0.29.x; the lines did not change in the releas
 * CUDA graphs: profile_cudagraph_memory (v1/worker/gpu_model_runner.py) takes torch.cuda.mem_get_info around the
   first and second capture; on an integrated GPU that free reading is MemFree-like, so the estimate carries host
   activity during the captures: ``cudagraph_excess_gib`` on top of forklift's device form.
+* Compile cache (vLLM 0.26.0, torch 2.11, triton 3.x): on a cold torch.compile cache the first forward compiles
+  inside ``memory_profiling`` (v1/worker/gpu_worker.py determine_available_memory: profile_run, then
+  profile_cudagraph_memory, both before the after-profile snapshot), and ``vllm/env_override.py`` sets
+  TORCHINDUCTOR_COMPILE_THREADS=1, so Dynamo, Inductor and Triton's compiler all run in the worker process itself.
+  What they leave allocated when the after-profile snapshot is taken is counted: on an integrated GPU the free
+  reading is the node's MemAvailable, so ``non_torch_increase`` takes every byte of the process's host heap the
+  compile kept (graphs, generated code, the compiler's arenas) as well as the device side (the modules of every
+  autotuned candidate loaded, Inductor's L2-sized flush buffer, terms.compile_flush, and Triton's 256 MiB
+  benchmarking buffer, triton/backends/nvidia/driver.py get_empty_cache_for_benchmark, taken through torch while
+  a @triton.autotune kernel with several configs is first timed, triton/runtime/autotuner.py). A warm cache loads
+  the compiled artifact and the autotuning timings vLLM has Triton cache on disk (TRITON_CACHE_AUTOTUNING=1,
+  env_override.py; Autotuner.check_disk_cache), so none of it happens. On a discrete GPU cudaMemGetInfo sees only
+  the device side, which is why the H200's cold/warm difference is the flush buffer alone. Form: a cold start's
+  pool is ``cold_compile_gib`` per rank smaller than a warm restart's with the same settings (one constant per
+  rank; only where the model is compiled, not eager). It is fitted, like the rest, from train threads that state
+  both cache states for one setting; without one it is None and not applied.
 
 Constants: data/gb10.yaml ``fitted``, chosen on the train threads of tests/data/calibration/gb10-public only.
 """
@@ -64,6 +80,9 @@ class Gb10Terms:
     free_at_init: FreeAtInit
     cudagraph_excess_gib: float
     pool_band_gib: float
+    cold_compile_gib: float | None = None
+    """How much smaller a cold torch.compile start's pool is than a warm restart's, per rank, GiB; None: no train
+    pair (not applied)."""
 
 
 @cache
@@ -82,7 +101,16 @@ def terms_for(version: str) -> Gb10Terms:
         verified=vkey >= rules.version_key(str(merged["fitted_from"])),
         pre_snapshot_gib=float(fitted["pre_snapshot_gib"]),
         free_at_init=FreeAtInit(float(free["median"]), float(free["low"]), float(free["high"])),
-        cudagraph_excess_gib=float(fitted["cudagraph_excess_gib"]), pool_band_gib=float(fitted["pool_band_gib"]))
+        cudagraph_excess_gib=float(fitted["cudagraph_excess_gib"]), pool_band_gib=float(fitted["pool_band_gib"]),
+        cold_compile_gib=None if fitted.get("cold_compile_gib") is None else float(fitted["cold_compile_gib"]))
+
+
+def cold_compile_bytes(g: Gb10Terms, *, compiled: bool, compile_cache: str) -> float:
+    """What a cold torch.compile start adds to a unified-memory rank's non-torch memory (module docstring): the
+    fitted constant on a cold, compiled start; 0 on a warm restart, an eager start, or where nothing was fitted."""
+    if not compiled or compile_cache != "cold" or g.cold_compile_gib is None:
+        return 0.0
+    return g.cold_compile_gib * GIB
 
 
 # ------------------------------------------------------------------------------------------------ watermarks
