@@ -125,6 +125,8 @@ def _unified_notes(core: Core) -> list[str]:
                      f"{cost.page_cache:.2f} GiB more page cache out of it once the weights are read (counted as "
                      f"non-torch memory); a fragmentation event can boost that by up to {cost.boost:.2f} GiB")
     notes.append(_unified_terms_note(g))
+    if not ctx.st.eager:
+        notes.append(_compile_cache_note(g, ctx.st.compile_cache))
     if core.verdict == "too close to call":
         margin = ("" if core.margin_gib is None or core.band_gib is None
                   else f" (KV margin {core.margin_gib:+.2f} GiB, band ±{core.band_gib:.2f})")
@@ -142,6 +144,19 @@ def _unified_terms_note(gb10_terms: gb10.Gb10Terms) -> str:
             f"(H200 process RSS), and {gb10_terms.cudagraph_excess_gib:.2f} GiB per rank more in the CUDA-graph "
             "estimate "
             f"(public GB10 logs{verified}); boot-to-boot spread ±{gb10_terms.pool_band_gib:.2f} GiB")
+
+
+def _compile_cache_note(gb10_terms: gb10.Gb10Terms, cache: str) -> str:
+    """What the plan assumes of torch.compile's cache on unified memory (gb10.py, "Compile cache")."""
+    if gb10_terms.cold_compile_gib is None:
+        return ("unified memory: a first start (cold torch.compile cache) compiles inside vLLM's profile run and "
+                "what the compile keeps in host memory counts against the KV pool there; not modelled (no public "
+                "GB10 startup pair in the train set gives both cache states), so a restart on a warm cache may size "
+                "more KV than planned")
+    if cache == "cold":
+        return (f"unified memory: planned as a first start (cold torch.compile cache), "
+                f"{gb10_terms.cold_compile_gib:.2f} GiB per rank less KV than a restart on a warm cache")
+    return "unified memory: planned as a restart on a warm torch.compile cache (no compile in the profile run)"
 
 
 def _kv_notes(core: Core) -> list[str]:

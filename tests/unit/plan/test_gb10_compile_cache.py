@@ -18,7 +18,7 @@ from benchmarks import gb10_public as bench
 from forklift.model.load import spec_for
 from forklift.plan import gb10, rules
 from forklift.plan.core import context, core
-from forklift.plan.make import deployment_of
+from forklift.plan.make import deployment_of, make
 from tests.unit.plan.conftest import recipe_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -105,3 +105,21 @@ def test_a_discrete_gpu_gains_only_its_flush_buffer(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(gb10, "terms_for", lambda version: fitted)
     cold, warm = _pools(tmp_path, "cold", "h200"), _pools(tmp_path, "warm", "h200")
     assert all(w - c in (0, 60 * 2**20) for w, c in zip(warm, cold, strict=True))
+
+
+def test_the_plan_says_what_it_assumes_of_the_compile_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def recipe(**serve: Any) -> Any:
+        return recipe_for(tmp_path, json.loads(GLM47.read_text()), hardware="gb10", nodes=2, tp=2,
+                          max_model_len=65536, max_num_batched_tokens=8192, max_num_seqs=8, kv_cache_dtype="fp8",
+                          **serve)
+
+    def cache_notes(plan: Any) -> list[str]:
+        return [n for n in plan.notes if "torch.compile cache" in n]
+
+    (unfitted,) = cache_notes(make(recipe()))
+    assert "not modelled" in unfitted
+    assert cache_notes(make(recipe(enforce_eager=True))) == []
+    fitted = replace(gb10.terms_for("0.26.0"), cold_compile_gib=0.75)
+    monkeypatch.setattr(gb10, "terms_for", lambda version: fitted)
+    (cold,) = cache_notes(make(recipe()))
+    assert "0.75 GiB per rank" in cold
