@@ -44,6 +44,29 @@ PAIRS = {
          "estimated maximum model length is 33600. Try increasing `gpu_memory_utilization` or decreasing "
          "`max_model_len` when initializing the engine.", "kv_cache_insufficient"),
     ],
+    # vLLM's EngineArgs / AsyncEngineArgs are dataclasses (vllm/engine/arg_utils.py): an option the release lacks is
+    # a TypeError of __init__. Who wrote the option decides: the user's own call, or a package calling vLLM.
+    "engine args vs version": [
+        ("engine_args = AsyncEngineArgs(model=\"Qwen/Qwen2.5-7B-Instruct\", num_scheduler_steps=8)\n"
+         "Traceback (most recent call last):\n"
+         "  File \"/app/serve.py\", line 12, in <module>\n"
+         "    engine_args = AsyncEngineArgs(model=\"Qwen/Qwen2.5-7B-Instruct\", num_scheduler_steps=8)\n"
+         "TypeError: AsyncEngineArgs.__init__() got an unexpected keyword argument 'num_scheduler_steps'",
+         "engine_args_invalid"),
+        ("  File \"/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/llm.py\", line 240, in __init__\n"
+         "    engine_args = EngineArgs(\n"
+         "TypeError: EngineArgs.__init__() got an unexpected keyword argument 'worker_extension_cls'",
+         "version_mismatch"),
+    ],
+    # Linux counts reclaimable page cache in MemAvailable, not MemFree (proc(5)): a budget read from free memory
+    # with the cache beside it is short by the cache. vLLM's own startup refusal stays its own class.
+    "page cache vs free-memory check": [
+        ("MemTotal: 121 GiB  free=12.4GiB cache=96.0GiB available=104.1GiB\n"
+         "error: model does not fit: needs 70.2 GiB, only 12.4 GiB free", "page_cache_pressure"),
+        ("ValueError: Free memory on device cuda:0 (12.4/119.7 GiB) on startup is less than desired GPU memory "
+         "utilization (0.6, 71.8 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
+         "processes.", "startup_free_memory_check"),
+    ],
     "compile failure vs patch drift": [
         ("torch._inductor.exc.InductorError: CalledProcessError: Command '['/usr/bin/gcc', '/tmp/tmpa1/main.c', "
          "'-O3', '-shared', '-fPIC', '-o', '/tmp/tmpa1/cuda_utils.so']' returned non-zero exit status 1.",
@@ -69,6 +92,12 @@ _SHM = ("(EngineCore_DP0 pid=311) INFO 12-01 10:0{i}:00 [shm_broadcast.py:466] N
         "block found in 60 seconds. This typically happens when some processes are hanging or doing some "
         "time-consuming work (e.g. compilation, weight/kv cache quantization).")
 DROWNED = [
+    # a name missing from a package that imports (nvidia-cutlass-dsl here) amid a build's noise: the packages
+    # install, they do not fit (version_mismatch), whatever the install-looking lines around it say
+    ("\n".join(f"  Building wheel for vllm (pyproject.toml): step {i} failed to find nvcc, retrying with pip install"
+               for i in range(6))
+     + "\nImportError: cannot import name 'fmin' from 'cutlass.cute.arch' "
+     "(/usr/local/lib/python3.12/dist-packages/cutlass/cute/arch/__init__.py)", "version_mismatch"),
     ("\n".join(_SHM.format(i=i) for i in range(6)) + "\n[rank1]:[E1201 10:07:00.000000000 ProcessGroupNCCL.cpp:632] "
      "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, "
      "NumelOut=1, Timeout(ms)=600000) ran for 600031 milliseconds before timing out.", "nccl_hang_or_timeout"),
