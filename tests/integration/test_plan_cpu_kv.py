@@ -1,7 +1,8 @@
 """The planner's KV size equals vLLM-CPU's, to the block, for four tiny dummy-weight architectures.
 
-Each server starts through `forklift up` (dummy weights, eager, 1 GiB KV pool, max_model_len 2048),
-one after another; the logged `CPU KV cache size: N tokens` is compared with `forklift.plan.make`.
+Each engine starts through `forklift probe` (dummy weights, eager, 1 GiB KV pool, max_model_len 2048; stopped once
+the KV cache is sized), one after another; the `CPU KV cache size: N tokens` its rank log holds is compared with
+`forklift.plan.make`.
 """
 
 from __future__ import annotations
@@ -73,9 +74,9 @@ def test_plan_matches_vllm_cpu_kv_tokens(arch: str, tmp_path: Path) -> None:
     recipe_path = _recipe_file(tmp_path, model, free_port())
     planned = make(recipes.load(str(recipe_path)))
     name = f"kv-{arch.replace('-', '')}"
-    up = forklift("up", str(recipe_path), "--name", name, "--json", home=home, timeout=600)
+    up = forklift("probe", str(recipe_path), "--name", name, "--json", home=home, timeout=600)
     try:
-        assert up.returncode == 0, f"forklift up failed:\n{up.stdout}\n{up.stderr}"
+        assert up.returncode == 0, f"forklift probe failed:\n{up.stdout}\n{up.stderr}"
         logged = _logged_kv_tokens(home, name)
     finally:
         forklift("down", name, home=home, timeout=120)
