@@ -341,8 +341,12 @@ def _rope_rows(params: Mapping[str, Any], max_position: int) -> int:
     """Positions in the cos/sin cache get_rope builds (rotary_embedding/__init__.py get_rope @0.26.0): plain and
     llama3 rope max_position; linear max_position x factor (LinearScalingRotaryEmbedding._compute_cos_sin_cache);
     yarn original_max_position_embeddings x factor (get_rope passes the original length,
-    YaRNScalingRotaryEmbedding._compute_cos_sin_cache multiplies). Other kinds: 0 (not modelled)."""
+    YaRNScalingRotaryEmbedding._compute_cos_sin_cache multiplies); plain rope with ``mrope_section`` is
+    MRotaryEmbedding, whose cache holds 4 x max_position (mrope.py MRotaryEmbedding.__init__
+    cache_max_position_num). Other kinds: 0 (not modelled)."""
     kind = _rope_kind(params)
+    if kind == "default" and params.get("mrope_section"):
+        return 4 * max_position
     if kind in ("default", "llama3"):
         return max_position
     if kind == "linear":

@@ -112,6 +112,16 @@ def test_a_dtype_whose_pages_were_not_read_is_refused_not_guessed(tmp_path: Path
     assert "octave_k3v4" in err.value.message and err.value.fix
 
 
+@pytest.mark.parametrize("dtype", ["octave_k3v4", "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit"])
+def test_vllm_0_31_has_no_octave_or_ultraquant_kv(tmp_path: Path, dtype: str) -> None:
+    # vLLM 0.31.0 config/cache.py CacheDType ends at fp8_per_token_head, nvfp4, nvfp4_4over6 (nvfp4_ds_mla after
+    # fp8_ds_mla): a release that lacks the name refuses it, not "pages not read"
+    with pytest.raises(PlanError) as err:
+        make(recipe_for(tmp_path, _bundled("qwen3-235b-a22b"), kv_cache_dtype=dtype, max_model_len=4096),
+             vllm_version="0.31.0")
+    assert "does not accept" in err.value.message
+
+
 def test_int8_per_token_head_plans_on_the_first_release_read(tmp_path: Path) -> None:
     plan = make(recipe_for(tmp_path, _bundled("qwen3-235b-a22b"), kv_cache_dtype="int8_per_token_head",
                            max_model_len=4096), vllm_version="0.23.0")

@@ -17,7 +17,8 @@ from tests.unit.plan.conftest import recipe_for
 
 GIB = 1024**3
 LAYERS, HIDDEN, VOCAB = 4, 4096, 32000
-BF16_REST = 2 * VOCAB * HIDDEN * 2 + (2 * LAYERS + 1) * HIDDEN * 2  # embed + lm_head + norms (bf16)
+ROPE = 4096 * 128 * 2  # the rotary cos/sin cache: max_position x head_dim, bf16 (rotary_embedding/base.py)
+BF16_REST = 2 * VOCAB * HIDDEN * 2 + (2 * LAYERS + 1) * HIDDEN * 2 + ROPE  # embed + lm_head + norms + rope (bf16)
 
 
 def _llama(qc: dict[str, Any] | None, *, inter: int = 14336, kv: int = 8) -> dict[str, Any]:
@@ -135,7 +136,7 @@ def test_act_order_at_tp2_on_hopper_puts_row_parallel_layers_on_marlin_with_full
     row = LAYERS * (4096 + 14336) // tp * 4096  # o + down elements on one rank
     machete = col * (0.5 + 2 / 128 + 0.5 / 128) + LAYERS * 2 * 4096 * (4 + 4)  # two layers, K = 4096 each
     marlin = row * 0.5 + (4096 + 14336) // 128 * row_n * 2 + LAYERS * (4096 + 14336) // tp * (4 + 4)
-    expected = machete + marlin + BF16_REST / tp + (2 * LAYERS + 1) * HIDDEN * 2 * (1 - 1 / tp)
+    expected = machete + marlin + BF16_REST / tp + ((2 * LAYERS + 1) * HIDDEN * 2 + ROPE) * (1 - 1 / tp)
     got = _weights(tmp_path, _gptq(desc_act=True), "h200", tp)
     assert got == pytest.approx(expected, abs=0.001 * GIB)
 

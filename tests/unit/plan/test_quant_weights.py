@@ -16,7 +16,7 @@ GIB = 1024**3
 LAYERS, HIDDEN, VOCAB = 32, 4096, 49152
 LINEAR = LAYERS * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)  # 6,979,321,856 parameters
 VOCAB_BF16 = VOCAB * HIDDEN * 2  # one of embed_tokens / lm_head in bf16
-NORMS = (2 * LAYERS + 1) * HIDDEN * 2
+NORMS = (2 * LAYERS + 1) * HIDDEN * 2 + 8192 * 128 * 2  # and the rotary cos/sin cache (max_position x head_dim, bf16)
 BLOCKS = [["self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj"], ["self_attn.o_proj"],
           ["mlp.up_proj", "mlp.gate_proj"], ["mlp.down_proj"]]
 
