@@ -45,9 +45,12 @@ DATA = Path(__file__).resolve().parent / "data" / "tune"
 OUT = Path("bench-results")
 SLO = "ttft_p95=15000,tpot_p95=80"
 """Stated before measuring (the module's doc): a steady stream (12.5 tokens/s at p95) after a long document's wait."""
-WORKLOADS = ("summarize", "chat")
+WORKLOADS = ("summarize",)
 USERS = 4
-CANDIDATES = ("serve.max_num_seqs=2", "serve.max_num_batched_tokens=512")
+CANDIDATES: tuple[str, ...] = ()
+"""None named: tune's own grid, re-ranked from the baseline's first runs, picks."""
+CONFIRM = 3
+"""A/B rounds after the search (each one more start of the baseline and of the pick), as the budget allows."""
 PORT = int(os.environ.get("FORKLIFT_TUNE_BENCH_PORT", "18210"))
 H200_FILES = ("h200.json", "h200-summarize.json")
 
@@ -60,7 +63,7 @@ def run_cpu() -> dict[str, Any]:
     os.environ["FORKLIFT_HOME"] = home
     try:
         req = flow.Request("default", WORKLOADS, SLO, 24.0, (f"serve.port={PORT}",), USERS, 1.0, 25.0, 2, 2,
-                           1, False, False, OUT / "tune_cpu", "tunebench", candidates=CANDIDATES)
+                           CONFIRM, False, False, OUT / "tune_cpu", "tunebench", candidates=CANDIDATES)
         result = flow.run(req, on_event=lambda text: print(f"  {text}", flush=True))
     finally:
         shutil.rmtree(home, ignore_errors=True)
