@@ -13,8 +13,11 @@ Pruning, before anything starts: a value equivalent to the baseline at the workl
 refuses is dropped with its reason, and ``max_num_seqs`` whose requests' KV would not fit the planned pool is
 dropped. Ranking: a small model of the workload on the plan's roofline (decode step time interpolated between
 the single-stream and the batched bound, prefill at the plan's compute bound, every other stream's prefill
-stalling a request's decode once, queueing when ``max_num_seqs`` is below the users), giving a predicted goodput
-under the SLO; the search measures in that order. Once the baseline has run, ``calibrate`` turns its measured
+stalling a request's decode once, and when ``max_num_seqs`` is below the users the closed-loop queue for a slot,
+``latency``) gives each latency's mean and spread across requests, so its p95; the predicted goodput is the
+request rate times the share of requests within every limit (per-request goodput, as ``tune`` measures it), so
+a queue whose mean TTFT fits but whose tail does not loses the requests in its tail; the search measures in that
+order. Once the baseline has run, ``calibrate`` turns its measured
 TTFT and TPOT medians into a prefill rate and step time, and ``rerank`` predicts the kept and reserve candidates
 again with them (the roofline can be off several-fold on a shared host).
 """
@@ -50,6 +53,8 @@ class Candidate:
     """The plan's predicted goodput (requests/s) under the SLO: the ranking, not a measurement."""
     why: str = ""
     plan_facts: dict[str, Any] = field(default_factory=dict)
+    predicted_p95_ms: dict[str, float] = field(default_factory=dict)
+    """The model's TTFT and TPOT p95 (``latency``) behind ``predicted``."""
 
     @property
     def is_baseline(self) -> bool:
@@ -57,7 +62,8 @@ class Candidate:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "sets": list(self.sets), "predicted_goodput_req_s": round(self.predicted, 4),
-                "why": self.why, "plan": self.plan_facts}
+                "why": self.why, "plan": self.plan_facts,
+                "predicted_p95_ms": self.predicted_p95_ms}
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,7 @@ def latency(plan: Plan, workload: Workload, measured: Measured | None = None) ->
     stall = sum(p / rate_in for p in prompts) / len(prompts) / out
     others = batch - 1
     tpot, tpot_sd = step + others * stall, math.sqrt(others) * stall
-    service, service_sd = _spread([f + o * tpot for f, o in zip(firsts, outs, strict=False)])
+    service, service_sd = _spread([f + o * tpot for f, o in zip(firsts, outs, strict=True)])
     ahead = users - batch
     wait, wait_sd = ahead * service / batch, service_sd * math.sqrt(ahead) / batch
     return Latency(batch / service, first + wait, math.hypot(first_sd, wait_sd), tpot, tpot_sd,
@@ -171,6 +177,11 @@ def predict(plan: Plan, workload: Workload, slo: TuneSlo, measured: Measured | N
     limits = slo.per_request()
     return (lat.rate * _within(limits.ttft_ms, lat.ttft, lat.ttft_sd) * _within(limits.tpot_ms, lat.tpot, lat.tpot_sd)
             * _within(limits.e2e_ms, lat.e2e, lat.e2e_sd))
+
+
+def _p95(plan: Plan, workload: Workload, measured: Measured | None = None) -> dict[str, float]:
+    lat = latency(plan, workload, measured)
+    return {"ttft_p95": round(1000 * lat.ttft_p95, 1), "tpot_p95": round(1000 * lat.tpot_p95, 2)}
 
 
 def _facts(plan: Plan) -> dict[str, Any]:
@@ -279,7 +290,7 @@ def build(deployment: Deployment, workload: Workload, slo: TuneSlo, *, plan_fn: 
     scored: list[Candidate] = []
     plans: dict[str, Plan] = {"baseline": base_plan}
     base = Candidate("baseline", (), predict(base_plan, workload, slo), "the recipe as given (vLLM's defaults "
-                     "where it sets nothing)", _facts(base_plan))
+                     "where it sets nothing)", _facts(base_plan), _p95(base_plan, workload))
     for combo in combos:
         if not combo:
             continue
@@ -294,7 +305,8 @@ def build(deployment: Deployment, workload: Workload, slo: TuneSlo, *, plan_fn: 
         if not plan.fits:
             pruned.append((" ".join(combo), f"does not fit: {plan.error}"))
             continue
-        scored.append(Candidate(_label(combo), combo, predict(plan, workload, slo), "", _facts(plan)))
+        scored.append(Candidate(_label(combo), combo, predict(plan, workload, slo), "", _facts(plan),
+                                _p95(plan, workload)))
         plans[scored[-1].name] = plan
     if not explicit:
         scored.sort(key=lambda c: (-c.predicted, len(c.sets), c.name))
@@ -322,7 +334,8 @@ def calibrate(plan: Plan, workload: Workload, ttft_p50_ms: float, tpot_p50_ms: f
 def rerank(sp: Space, workload: Workload, slo: TuneSlo, measured: Measured) -> tuple[Candidate, ...]:
     """The candidates after the baseline, predicted again with the measured speed and sorted, as many as were
     kept, drawn from the kept and the reserve."""
-    pool = [replace(c, predicted=predict(sp.plans[c.name], workload, slo, measured))
+    pool = [replace(c, predicted=predict(sp.plans[c.name], workload, slo, measured),
+                    predicted_p95_ms=_p95(sp.plans[c.name], workload, measured))
             for c in (*sp.candidates[1:], *sp.reserve) if c.name in sp.plans]
     pool.sort(key=lambda c: (-c.predicted, len(c.sets), c.name))
     return tuple(pool[:len(sp.candidates) - 1])
