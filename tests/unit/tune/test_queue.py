@@ -85,3 +85,19 @@ def test_the_cpu_grid_runs_calibration_now_picks_two_slots_not_one() -> None:
     assert one.ttft < 15.0 * 1.5 and one.ttft_p95 > 15.0  # its queue's tail, not only its mean, is past the limit
     base = space.predict(sp.plans["baseline"], w, slo, m)
     assert space.predict(sp.plans["max_num_seqs=1"], w, slo, m) < base < again[0].predicted
+
+
+def test_candidates_carry_the_predicted_p95s_the_dry_run_shows() -> None:
+    """The grid's max_num_seqs=2 on the plan above: TTFT p95 11.49 s, TPOT p95 76.45 ms (worked out in
+    test_two_slots_halve_the_wait_and_add_one_stream_of_stalls)."""
+    def patched(dep):  # type: ignore[no-untyped-def]
+        p = for_launch(dep)
+        roof = p.roofline.model_copy(update={"decode_tok_s_single": 20.0, "concurrency": 1, "prefill_tok_s": 1300.0})
+        return p.model_copy(update={"roofline": roof})
+
+    sp = space.build(resolve("default"), WORKLOAD, parse("ttft_p95=20000,tpot_p95=62"), plan_fn=patched,
+                     max_candidates=50)
+    two = next(c for c in sp.candidates if c.sets == ("serve.max_num_seqs=2",))
+    assert two.predicted_p95_ms["ttft_p95"] == pytest.approx(11489.6, abs=0.2)
+    assert two.predicted_p95_ms["tpot_p95"] == pytest.approx(76.45, abs=0.01)
+    assert two.to_json()["predicted_p95_ms"] == two.predicted_p95_ms
