@@ -9,17 +9,16 @@ baseline: vLLM's defaults for every knob it leaves unset, which the plan states 
 CUDA-graph capture sizes have no typed field in the recipe, so they are not searched (the note says so).
 
 Pruning, before anything starts: a value equivalent to the baseline at the workload's concurrency is dropped
-(``max_num_seqs`` at or above the number of users), a candidate whose plan does not fit or that the planner
-refuses is dropped with its reason, and ``max_num_seqs`` whose requests' KV would not fit the planned pool is
-dropped. Ranking: a small model of the workload on the plan's roofline (decode step time interpolated between
-the single-stream and the batched bound, prefill at the plan's compute bound, every other stream's prefill
-stalling a request's decode once, and when ``max_num_seqs`` is below the users the closed-loop queue for a slot,
-``latency``) gives each latency's mean and spread across requests, so its p95; the predicted goodput is the
-request rate times the share of requests within every limit (per-request goodput, as ``tune`` measures it), so
-a queue whose mean TTFT fits but whose tail does not loses the requests in its tail; the search measures in that
-order. Once the baseline has run, ``calibrate`` turns its measured
-TTFT and TPOT medians into a prefill rate and step time, and ``rerank`` predicts the kept and reserve candidates
-again with them (the roofline can be off several-fold on a shared host).
+(``max_num_seqs`` at or above the number of users), a candidate whose plan does not fit or that the planner refuses
+is dropped with its reason, and ``max_num_seqs`` whose requests' KV would not fit the planned pool is dropped.
+Ranking: a small model of the workload on the plan's roofline (decode step time interpolated between the
+single-stream and the batched bound, prefill at the plan's compute bound, every other stream's prefill stalling a
+request's decode once, and when ``max_num_seqs`` is below the users the closed-loop queue for a slot, ``latency``)
+gives each latency's mean and spread across requests, so its p95; the predicted goodput is the request rate times
+the share of requests within every limit (per-request goodput, as ``tune`` measures it), so a queue whose mean TTFT
+fits but whose tail does not loses the requests in its tail; the search measures in that order. Once the baseline
+has run, ``calibrate`` turns its measured TTFT and TPOT medians into a prefill rate and step time, and ``rerank``
+predicts the kept and reserve candidates again with them (the roofline can be off several-fold on a shared host).
 """
 
 from __future__ import annotations
@@ -134,7 +133,8 @@ def _spread(xs: Sequence[float]) -> tuple[float, float]:
 def latency(plan: Plan, workload: Workload, measured: Measured | None = None) -> Latency:
     """The workload's latencies on this plan (see the module's doc): per request, its own prefill (its prompt at
     the prefill rate, plus one step per further chunk) and decode (its tokens at the TPOT); TPOT is the step plus
-    the stalls from the other streams' prefills (a Poisson count, one per other stream on average); and, when
+    the stalls from the other streams' prefills (a Poisson count, one per other stream on average; the chunk
+    spreads a stall over steps, it does not shrink it); and, when
     ``max_num_seqs`` is below the users, the wait for a slot in a closed loop: each user sends its next request
     when the last one ends, so ``users - batch`` requests always wait, and a new one waits for that many slot
     releases. With service times of mean S and spread sd over ``batch`` slots, that wait has mean
