@@ -62,9 +62,12 @@ def tune_cmd(
         print_json(result.to_json())
         return
     if dry_run:
-        t = Table("candidate", "sets", "predicted goodput req/s", title="candidates the plan keeps, in order")
+        t = Table("candidate", "sets", "predicted goodput req/s", "ttft_p95 ms", "tpot_p95 ms",
+                  title="candidates the plan keeps, in order (predicted)")
         for c in result.space.candidates:
-            t.add_row(c.name, " ".join(c.sets) or "-", f"{c.predicted:.3g}")
+            p95 = c.predicted_p95_ms
+            t.add_row(c.name, " ".join(c.sets) or "-", f"{c.predicted:.3g}", f"{p95.get('ttft_p95', 0):.4g}",
+                      f"{p95.get('tpot_p95', 0):.3g}")
         console.print(t)
         for s, why in result.space.pruned:
             console.print(f"[dim]pruned[/] {s}: {why}", highlight=False)

@@ -39,6 +39,7 @@ def rows(outcome: Outcome, slo: TuneSlo, prior: float = evidence.DEFAULT_PRIOR,
                 "output_tok_s": _round(_mean([s.output_tok_s for s in samples])),
                 "met_slo_runs": sum(1 for s in samples if s.met_slo),
                 "predicted_goodput_req_s": round(t.candidate.predicted, 4),
+                "predicted_p95_ms": t.candidate.predicted_p95_ms,
                 "winner": outcome.winner.get(w) == t.candidate.name,
             }
             for key in [x.key for x in slo.limits] + ["ttft_p50", "tpot_p50"]:

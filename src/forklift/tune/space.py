@@ -9,14 +9,16 @@ baseline: vLLM's defaults for every knob it leaves unset, which the plan states 
 CUDA-graph capture sizes have no typed field in the recipe, so they are not searched (the note says so).
 
 Pruning, before anything starts: a value equivalent to the baseline at the workload's concurrency is dropped
-(``max_num_seqs`` at or above the number of users), a candidate whose plan does not fit or that the planner
-refuses is dropped with its reason, and ``max_num_seqs`` whose requests' KV would not fit the planned pool is
-dropped. Ranking: a small model of the workload on the plan's roofline (decode step time interpolated between
-the single-stream and the batched bound, prefill at the plan's compute bound, every other stream's prefill
-stalling a request's decode once, queueing when ``max_num_seqs`` is below the users), giving a predicted goodput
-under the SLO; the search measures in that order. Once the baseline has run, ``calibrate`` turns its measured
-TTFT and TPOT medians into a prefill rate and step time, and ``rerank`` predicts the kept and reserve candidates
-again with them (the roofline can be off several-fold on a shared host).
+(``max_num_seqs`` at or above the number of users), a candidate whose plan does not fit or that the planner refuses
+is dropped with its reason, and ``max_num_seqs`` whose requests' KV would not fit the planned pool is dropped.
+Ranking: a small model of the workload on the plan's roofline (decode step time interpolated between the
+single-stream and the batched bound, prefill at the plan's compute bound, every other stream's prefill stalling a
+request's decode once, and when ``max_num_seqs`` is below the users the closed-loop queue for a slot, ``latency``)
+gives each latency's mean and spread across requests, so its p95; the predicted goodput is the request rate times
+the share of requests within every limit (per-request goodput, as ``tune`` measures it), so a queue whose mean TTFT
+fits but whose tail does not loses the requests in its tail; the search measures in that order. Once the baseline
+has run, ``calibrate`` turns its measured TTFT and TPOT medians into a prefill rate and step time, and ``rerank``
+predicts the kept and reserve candidates again with them (the roofline can be off several-fold on a shared host).
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from forklift.tune.workloads import Workload
 TOKENS_PER_WORD = 1.3
 MNBT_VALUES = (256, 512, 1024, 2048, 4096, 8192, 16384)
 PlanFn = Callable[[Deployment], Plan | Unplanned]
+Z95 = 1.645
+"""The standard normal's 95th percentile."""
+MIN_SPREAD = 0.1
+"""A predicted latency's spread is taken as at least this share of its mean (the model's own error)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,8 @@ class Candidate:
     """The plan's predicted goodput (requests/s) under the SLO: the ranking, not a measurement."""
     why: str = ""
     plan_facts: dict[str, Any] = field(default_factory=dict)
+    predicted_p95_ms: dict[str, float] = field(default_factory=dict)
+    """The model's TTFT and TPOT p95 (``latency``) behind ``predicted``."""
 
     @property
     def is_baseline(self) -> bool:
@@ -53,7 +61,8 @@ class Candidate:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "sets": list(self.sets), "predicted_goodput_req_s": round(self.predicted, 4),
-                "why": self.why, "plan": self.plan_facts}
+                "why": self.why, "plan": self.plan_facts,
+                "predicted_p95_ms": self.predicted_p95_ms}
 
 
 @dataclass(frozen=True)
@@ -89,33 +98,90 @@ def _step(plan: Plan, batch: int) -> float:
     return t1 + (t_big - t1) * (batch - 1) / (big - 1) if big > 1 else t1
 
 
-def predict(plan: Plan, workload: Workload, slo: TuneSlo, measured: Measured | None = None) -> float:
-    """Predicted goodput (req/s) of the workload on this plan: a ranking aid (see the module's doc)."""
+@dataclass(frozen=True)
+class Latency:
+    """A candidate's predicted request rate and latencies on a workload: each latency's mean and its spread
+    (standard deviation) across requests, in seconds. A ranking aid (``latency``)."""
+
+    rate: float
+    """Requests completed per second (every request, met or not)."""
+    ttft: float
+    ttft_sd: float
+    tpot: float
+    tpot_sd: float
+    e2e: float
+    e2e_sd: float
+
+    @property
+    def ttft_p95(self) -> float:
+        return self.ttft + Z95 * self.ttft_sd
+
+    @property
+    def tpot_p95(self) -> float:
+        return self.tpot + Z95 * self.tpot_sd
+
+    @property
+    def e2e_p95(self) -> float:
+        return self.e2e + Z95 * self.e2e_sd
+
+
+def _spread(xs: Sequence[float]) -> tuple[float, float]:
+    mean = sum(xs) / len(xs)
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))
+
+
+def latency(plan: Plan, workload: Workload, measured: Measured | None = None) -> Latency:
+    """The workload's latencies on this plan (see the module's doc): per request, its own prefill (its prompt at
+    the prefill rate, plus one step per further chunk) and decode (its tokens at the TPOT); TPOT is the step plus
+    the stalls from the other streams' prefills (a Poisson count, one per other stream on average; the chunk
+    spreads a stall over steps, it does not shrink it); and, when
+    ``max_num_seqs`` is below the users, the wait for a slot in a closed loop: each user sends its next request
+    when the last one ends, so ``users - batch`` requests always wait, and a new one waits for that many slot
+    releases. With service times of mean S and spread sd over ``batch`` slots, that wait has mean
+    ``(users - batch) * S / batch`` and spread ``sd * sqrt(users - batch) / batch`` (the time to that many
+    completions of ``batch`` renewal processes)."""
     users = workload.concurrency
     batch = max(1, min(plan.max_num_seqs, users))
     step = _step(plan, batch) * (measured.step_scale if measured else 1.0)
-    prompt = workload.mean_words * TOKENS_PER_WORD
-    out = max(1.0, workload.mean_output)
-    prefill = prompt / max(measured.prefill_tok_s if measured else plan.roofline.prefill_tok_s, 1e-9)
-    chunks = max(1, math.ceil(prompt / max(1, plan.max_num_batched_tokens)))
-    # A request's TPOT is its decode time over its tokens: each of the other streams in flight starts a new
-    # request about once while it decodes, and that prefill stalls every step it runs in, whatever the chunk
-    # (the chunk spreads the stall, it does not shrink it). p95: a Poisson count of such prefills.
+    rate_in = max(measured.prefill_tok_s if measured else plan.roofline.prefill_tok_s, 1e-9)
+    requests = workload.requests or ()
+    prompts = [len(r.prompt.split()) * TOKENS_PER_WORD for r in requests] or [workload.mean_words * TOKENS_PER_WORD]
+    outs = [max(1.0, float(r.output_len)) for r in requests] or [max(1.0, workload.mean_output)]
+    chunk = max(1, plan.max_num_batched_tokens)
+    firsts = [p / rate_in + (math.ceil(p / chunk) - 1) * step for p in prompts]
+    first, first_sd = _spread(firsts)
+    out = sum(outs) / len(outs)
+    stall = sum(p / rate_in for p in prompts) / len(prompts) / out
     others = batch - 1
-    tpot = step + others * prefill / out
-    tpot_tail = step + (others + 1.645 * math.sqrt(others)) * prefill / out
-    service = out * tpot + prefill + (chunks - 1) * step
-    ttft = prefill + (chunks - 1) * step + max(0.0, users / batch - 1) * service  # queueing for a slot
-    rate = batch / service
+    tpot, tpot_sd = step + others * stall, math.sqrt(others) * stall
+    service, service_sd = _spread([f + o * tpot for f, o in zip(firsts, outs, strict=True)])
+    ahead = users - batch
+    wait, wait_sd = ahead * service / batch, service_sd * math.sqrt(ahead) / batch
+    return Latency(batch / service, first + wait, math.hypot(first_sd, wait_sd), tpot, tpot_sd,
+                   wait + service, math.hypot(service_sd, wait_sd))
+
+
+def _within(limit_ms: float | None, mean_s: float, sd_s: float) -> float:
+    """The share of requests within the limit, the latency taken as normal; its spread is at least
+    ``MIN_SPREAD`` of its mean (the model's own error)."""
+    if limit_ms is None:
+        return 1.0
+    sd = max(sd_s, MIN_SPREAD * mean_s, 1e-12)
+    return 0.5 * math.erfc((mean_s - limit_ms / 1000) / (sd * math.sqrt(2)))
+
+
+def predict(plan: Plan, workload: Workload, slo: TuneSlo, measured: Measured | None = None) -> float:
+    """Predicted goodput (req/s) of the workload on this plan: the request rate times the share of requests
+    within every limit of the SLO (per-request goodput, as measured), each latency from ``latency``."""
+    lat = latency(plan, workload, measured)
     limits = slo.per_request()
-    ok = 1.0
-    if limits.tpot_ms is not None and tpot_tail * 1000 > limits.tpot_ms:
-        ok *= min(1.0, limits.tpot_ms / (tpot_tail * 1000)) ** 4
-    if limits.ttft_ms is not None and ttft * 1000 > limits.ttft_ms:
-        ok *= min(1.0, limits.ttft_ms / (ttft * 1000)) ** 4
-    if limits.e2e_ms is not None and (ttft + service) * 1000 > limits.e2e_ms:
-        ok *= min(1.0, limits.e2e_ms / ((ttft + service) * 1000)) ** 4
-    return rate * ok
+    return (lat.rate * _within(limits.ttft_ms, lat.ttft, lat.ttft_sd) * _within(limits.tpot_ms, lat.tpot, lat.tpot_sd)
+            * _within(limits.e2e_ms, lat.e2e, lat.e2e_sd))
+
+
+def _p95(plan: Plan, workload: Workload, measured: Measured | None = None) -> dict[str, float]:
+    lat = latency(plan, workload, measured)
+    return {"ttft_p95": round(1000 * lat.ttft_p95, 1), "tpot_p95": round(1000 * lat.tpot_p95, 2)}
 
 
 def _facts(plan: Plan) -> dict[str, Any]:
@@ -224,7 +290,7 @@ def build(deployment: Deployment, workload: Workload, slo: TuneSlo, *, plan_fn: 
     scored: list[Candidate] = []
     plans: dict[str, Plan] = {"baseline": base_plan}
     base = Candidate("baseline", (), predict(base_plan, workload, slo), "the recipe as given (vLLM's defaults "
-                     "where it sets nothing)", _facts(base_plan))
+                     "where it sets nothing)", _facts(base_plan), _p95(base_plan, workload))
     for combo in combos:
         if not combo:
             continue
@@ -239,7 +305,8 @@ def build(deployment: Deployment, workload: Workload, slo: TuneSlo, *, plan_fn: 
         if not plan.fits:
             pruned.append((" ".join(combo), f"does not fit: {plan.error}"))
             continue
-        scored.append(Candidate(_label(combo), combo, predict(plan, workload, slo), "", _facts(plan)))
+        scored.append(Candidate(_label(combo), combo, predict(plan, workload, slo), "", _facts(plan),
+                                _p95(plan, workload)))
         plans[scored[-1].name] = plan
     if not explicit:
         scored.sort(key=lambda c: (-c.predicted, len(c.sets), c.name))
@@ -267,7 +334,8 @@ def calibrate(plan: Plan, workload: Workload, ttft_p50_ms: float, tpot_p50_ms: f
 def rerank(sp: Space, workload: Workload, slo: TuneSlo, measured: Measured) -> tuple[Candidate, ...]:
     """The candidates after the baseline, predicted again with the measured speed and sorted, as many as were
     kept, drawn from the kept and the reserve."""
-    pool = [replace(c, predicted=predict(sp.plans[c.name], workload, slo, measured))
+    pool = [replace(c, predicted=predict(sp.plans[c.name], workload, slo, measured),
+                    predicted_p95_ms=_p95(sp.plans[c.name], workload, measured))
             for c in (*sp.candidates[1:], *sp.reserve) if c.name in sp.plans]
     pool.sort(key=lambda c: (-c.predicted, len(c.sets), c.name))
     return tuple(pool[:len(sp.candidates) - 1])
