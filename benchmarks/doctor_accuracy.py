@@ -2,9 +2,9 @@
 
 Parts (``benchmarks/_doctor_corpus.py`` loads them):
 
-- ``fresh``: the frozen fresh batches (``fresh_batches`` in split.yaml: e to j), found by symptom in threads not
+- ``fresh``: the frozen fresh batches (``fresh_batches`` in split.yaml: e to k), found by symptom in threads not
   in the corpus and held out whatever their hash; each measured once, at the end of the round that froze it.
-  The batches not trained on yet (``out_of_sample_batches``: those outside ``DEV_BATCHES``; j since round 7)
+  The batches not trained on yet (``out_of_sample_batches``: those outside ``DEV_BATCHES``; k since round 8)
   give the out-of-sample figure, printed first, per batch and per category.
 - ``heldout``: the round-2 corpus's held-out threads (split by a hash of the thread before any rule or model
   was written; ``tests/data/doctor/corpus/split.yaml``). Never used to write or tune rules; measured in rounds 3

@@ -60,7 +60,8 @@ def _sequence(items: Sequence[tuple[Any, Any]]) -> frozenset[str] | None:
         run.clear()
 
     for op, av in items:
-        if op is sre_c.LITERAL and av < 128:
+        # ASCII, or a caseless character (CJK): bytes.lower and str.lower agree on both, so the screen finds it
+        if op is sre_c.LITERAL and (av < 128 or chr(av).lower() == chr(av).upper()):
             run.append(chr(av))
         elif op in _ZERO_WIDTH:
             continue

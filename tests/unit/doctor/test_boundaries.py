@@ -67,6 +67,51 @@ PAIRS = {
          "utilization (0.6, 71.8 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
          "processes.", "startup_free_memory_check"),
     ],
+    # Round 8: each pair is written in the wording of the software that raises it (not a corpus thread): a runtime's
+    # own OOM code, a loader's architecture refusal, transformers' missing-class error, PyTorch's SIGBUS message.
+    "runtime oom vs driver fault": [
+        # the CUDA driver API's code for a failed allocation (cuda.h CUresult 2), as a Rust runtime (candle) prints it
+        ("ERROR candle_core::engine: step - Model failed with error: DriverError(CUDA_ERROR_OUT_OF_MEMORY, "
+         "\"out of memory\")", "oom_gpu_runtime"),
+        ("RuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
+         "asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+         "cuda_driver_or_device"),
+    ],
+    "unsupported architecture vs host oom": [
+        # llama.cpp's loader (llama-model-loader / llama-arch) on an architecture string the build does not know,
+        # inside ollama's runner lines (whose "unable to load model" says nothing about why)
+        ('time=2025-10-01T10:00:00.000Z level=INFO source=server.go:400 msg="llama runner terminated" '
+         'error="exit status 2"\nllama_model_load: error loading model: error loading model architecture: unknown '
+         "model architecture: 'qwen9moe'\ntime=2025-10-01T10:00:00.000Z level=ERROR source=sched.go:431 "
+         'msg="error loading llama server" error="llama runner process has terminated: error loading model: unable '
+         'to load model"', "unsupported_quantization_or_arch"),
+        ("[ 812.113] Out of memory: Killed process 4121 (llama-server) total-vm:98123456kB, anon-rss:63012345kB",
+         "oom_host_unified_memory"),
+    ],
+    "library class missing vs tokenizer": [
+        # transformers models/auto/tokenization_auto.py: the config names a class this release does not define
+        ("ValueError: Tokenizer class Qwen3NextTokenizer does not exist or is not currently imported.",
+         "version_mismatch"),
+        ("ValueError: Cannot use chat template functions because tokenizer.chat_template is not set and no template "
+         "argument was passed!", "tokenizer_or_chat_template"),
+    ],
+    "argument after a version change vs user's argument": [
+        ("we upgraded the trainer to the latest version and now the rollout server exits:\n"
+         "launch_server.py: error: unrecognized arguments: --enable-weight-sync", "version_mismatch"),
+        ("vllm: error: unrecognized arguments: --max-num-seq 64", "engine_args_invalid"),
+    ],
+    "container shm bus error vs host oom": [
+        # torch/utils/data/_utils/signal_handling.py's message, wrapped as a terminal or an issue body wraps it
+        ("RuntimeError: DataLoader worker (pid 812) is killed by signal: Bus\nerror. It is possible that "
+         "dataloader's workers are out of shared\nmemory. Please try to raise your shared memory limit.",
+         "container_runtime"),
+        ("RuntimeError: DataLoader worker (pid 812) is killed by signal: Killed.", "oom_host_unified_memory"),
+    ],
+    "path missing on other nodes vs install": [
+        ("rank 0 runs fine, every other node fails:\nFileNotFoundError: [Errno 2] No such file or directory: "
+         "'/mnt/local/ckpt/run-7/trainer_state.json'", "model_path_missing_on_worker"),
+        ("ModuleNotFoundError: No module named 'vllm'", "engine_install"),
+    ],
     "compile failure vs patch drift": [
         ("torch._inductor.exc.InductorError: CalledProcessError: Command '['/usr/bin/gcc', '/tmp/tmpa1/main.c', "
          "'-O3', '-shared', '-fPIC', '-o', '/tmp/tmpa1/cuda_utils.so']' returned non-zero exit status 1.",
@@ -139,3 +184,17 @@ def test_the_separating_line_is_not_outvoted_by_symptom_lines(text: str, categor
     top = report.findings[0]
     # a clear answer, not a near tie with the symptom's class (without rules_out: 0.55 and 0.83)
     assert top.category == category and top.confidence >= 0.85, [(f.category, f.confidence) for f in report.findings]
+
+
+def test_budget_wording_rules_out_the_parser_rule() -> None:
+    """Empty content beside reasoning_content is the parser's sign only while nothing says the tokens ran out:
+    "all tokens consumed" puts it on the budget's side, whatever the statistical layer leans to."""
+    report = diagnose_sources([Source("t", scan_text([
+        "The model returns empty content, all tokens consumed by reasoning_content."]))])
+    active = [f for f in report.findings if f.severity != "info" and not f.superseded_by]
+    assert "reasoning-answer-in-reasoning-field" not in {f.rule for f in active}
+    assert active[0].category == "reasoning_budget" and active[0].layer == "rule"
+    parser = diagnose_sources([Source("t", scan_text([
+        "When enable_thinking is False, the returned content is empty, but reasoning_content has the whole answer."]))])
+    top = next(f for f in parser.findings if f.severity != "info" and not f.superseded_by)
+    assert top.category == "tool_parser_or_reasoning_parser"

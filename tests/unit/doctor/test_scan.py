@@ -101,3 +101,15 @@ def test_ansi_colour_and_carriage_returns_are_removed() -> None:
     ex = scan_bytes(b"\x1b[1;36m(EngineCore pid=1)\x1b[0m ERROR x\nLoading 10%\rLoading 90%\r\n", "c")
     texts = [x.text for x in ex.lines]
     assert texts == ["(EngineCore pid=1) ERROR x", "Loading 10%", "Loading 90%"]
+
+
+def test_caseless_non_ascii_literals_are_anchors_the_screen_finds() -> None:
+    """A CJK phrase has no case, so bytes.lower and str.lower agree on it: it can anchor a rule, and a line that
+    holds nothing but it (a report written in Chinese) reaches the rule."""
+    assert anchors("其他节点") == {"其他节点"}
+    from forklift.doctor import Source, diagnose_sources
+
+    text = "除了主节点，其他节点都报错：\nFileNotFoundError: [Errno 2] No such file or directory: '/data/run/out.log'"
+    report = diagnose_sources([Source("t", scan_text([text]))])
+    top = next(f for f in report.findings if f.severity != "info" and not f.superseded_by)
+    assert (top.category, top.rule) == ("model_path_missing_on_worker", "file-missing-on-other-nodes")
