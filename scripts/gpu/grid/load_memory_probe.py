@@ -33,14 +33,15 @@ def main() -> None:
         gc.collect()
         torch.cuda.empty_cache()
         before = torch.cuda.memory_allocated()
-        torch.cuda.memory._record_memory_history(max_entries=200000)
+        pre = torch.cuda.memory._snapshot()["segments"]  # what the allocator holds when the load starts
+        torch.cuda.memory._record_memory_history(max_entries=400000, stacks="python")
         model = original(self, vllm_config, model_config, prefix)
         gc.collect()
         torch.cuda.empty_cache()
         after = torch.cuda.memory_allocated()
         snap = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)
-        report(model, before, after, snap)
+        report(model, before, after, snap, pre)
         sys.stdout.flush()
         os._exit(0)
 
@@ -49,7 +50,7 @@ def main() -> None:
         tensor_parallel_size=1)
 
 
-def report(model, before: int, after: int, snap: dict) -> None:  # type: ignore[no-untyped-def]
+def report(model, before: int, after: int, snap: dict, pre: list) -> None:  # type: ignore[type-arg]  # type: ignore[no-untyped-def]
     owned: dict[int, tuple[str, int]] = {}
     by_name: dict[str, int] = defaultdict(int)
     for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
@@ -100,14 +101,42 @@ def report(model, before: int, after: int, snap: dict) -> None:  # type: ignore[
         "reserved": __import__("torch").cuda.memory_reserved(),
     }
     print("PROBE " + json.dumps(out))
-    if os.environ.get("PROBE_TRACE"):  # every allocator event of the load: action, address, bytes, vLLM frames
-        with open(os.environ["PROBE_TRACE"], "w") as f:
-            for trace in snap.get("device_traces", []):
-                for e in trace:
-                    fr = [f"{x['filename'].rsplit('/vllm/', 1)[-1]}:{x['line']}" for x in e.get("frames", [])
-                          if "/vllm/" in x.get("filename", "")][:4]
-                    f.write(json.dumps([e["action"], e.get("addr"), e.get("size"), fr]) + "\n")
+    if os.environ.get("PROBE_TRACE"):  # every allocator event of the load, in order, and the segments after it
+        write_trace(os.environ["PROBE_TRACE"], snap, pre)
 
+
+def write_trace(path: str, snap: dict, pre: list) -> None:  # type: ignore[type-arg]
+    """gzip JSON: {"frames": [...], "events": [[action, addr, size, stream, [frame ids]]], "segments": [...]}.
+
+    Frames are the Python frames under vllm/ or torch/ (file:line function), innermost first, interned; the
+    segments are the allocator's before and after the load (address, total size, blocks as [size, requested, state])."""
+    import gzip
+
+    table: dict[str, int] = {}
+    events = []
+    for trace in snap.get("device_traces", []):
+        for e in trace:
+            ids = []
+            for x in e.get("frames", []):
+                fn = x.get("filename", "")
+                if "/vllm/" not in fn and "/torch/" not in fn:
+                    continue
+                key = f"{fn.rsplit('/site/', 1)[-1].rsplit('site-packages/', 1)[-1]}:{x['line']} {x['name']}"
+                ids.append(table.setdefault(key, len(table)))
+                if len(ids) == 8:
+                    break
+            events.append([e["action"], e.get("addr"), e.get("size"), e.get("stream", 0), ids])
+
+    def segs(raw: list) -> list:  # type: ignore[type-arg]
+        return [{"address": s["address"], "total_size": s["total_size"], "stream": s.get("stream", 0),
+                 "segment_type": s.get("segment_type"),
+                 "blocks": [[b["size"], b.get("requested_size", b["size"]), b["state"]] for b in s["blocks"]]}
+                for s in raw]
+    segments = segs(snap["segments"])
+    frames = [k for k, _ in sorted(table.items(), key=lambda kv: kv[1])]
+    with gzip.open(path, "wt") as f:
+        json.dump({"frames": frames, "events": events, "segments": segments, "before": segs(pre),
+                   "max_entries": 400000}, f)
 
 if __name__ == "__main__":
     main()

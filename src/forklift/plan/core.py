@@ -17,7 +17,7 @@ from forklift.model.load import SpecSource
 from forklift.model.quant import loaded_scheme, online_scheme
 from forklift.model.spec import ModelSpec
 from forklift.model.vision import tower_param_count
-from forklift.plan import calibrate, encoder, gb10, kvspecs, layout, probes, quant_rules, rules, terms
+from forklift.plan import calibrate, encoder, gb10, kvspecs, layout, load_replay, probes, quant_rules, rules, terms
 from forklift.plan import weights as mem
 from forklift.plan.kvcache import KvLayout, LayerKv, largest_fitting_len
 from forklift.plan.kvcache import layout as kv_layout
@@ -267,6 +267,7 @@ def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stor
     weights = stored[stage] if stored is not None else table.stage(start, end, first, last)
     if not measured_weights:  # a probe's 'Model loading took' already holds them
         weights += spec.rope_cache_bytes(start, end)  # rotary caches: allocated at load, in no checkpoint
+        weights += _load_slack(ctx, start, end, first, last)  # the caching allocator's whole blocks (load_replay.py)
     draft = draft_cost(ctx)  # [speculative] a separate draft (or MTP's embedding copy under PP) on the last stage
     if last and draft is not None and not measured_weights:  # a probe measured the drafter with the rest
         weights += draft.weight_bytes
@@ -287,6 +288,19 @@ def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stor
         non_torch += unified_watermarks(ctx).page_cache * GIB  # the page cache a raised low watermark keeps out
         non_torch += gb10.cold_compile_bytes(g, compiled=graphs_on, compile_cache=st.compile_cache)  # (gb10.py)
     return Terms(weights, act, non_torch, cg, graphs_on and ctx.vr.subtracts_cudagraphs(st.runner), graphs)
+
+
+def _load_slack(ctx: Context, start: int, end: int, first: bool, last: bool) -> int:
+    """What memory_allocated counts beyond the tensors after loading a stage (plan/load_replay.py; 0 where the
+    replay does not cover the method and kernel)."""
+    st, recipe = ctx.st, ctx.deployment.recipe
+    if st.platform != "cuda":
+        return 0
+    quant = loaded_scheme(online_scheme(recipe.serve.quantization, ctx.spec.quant),
+                          dummy=recipe.model.load_format == "dummy")
+    slack = load_replay.load_slack(ctx.spec, quant, tp=st.tp, capability=st.capability, start=start, end=end,
+                                   first=first, last=last, act_bytes=st.dtype_bytes)
+    return slack or 0
 
 
 def encoder_profile(ctx: Context) -> encoder.EncoderProfile:
