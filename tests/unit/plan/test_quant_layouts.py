@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from forklift.model.quant import layouts, scheme_from_config
-from forklift.plan import make, quant_layout
+from forklift.plan import load_replay, make, quant_layout
 from tests.unit.plan.conftest import recipe_for
 
 GIB = 1024**3
@@ -51,6 +51,13 @@ def _gptq(**kw: Any) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------ the data
 
+
+
+@pytest.fixture
+def layout_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stored layout alone: without the caching allocator's slack the weights term adds for GPTQ / AWQ on
+    Machete (plan/load_replay.py; tests/unit/plan/test_load_replay.py checks that against the H200 probes)."""
+    monkeypatch.setattr(load_replay, "load_slack", lambda *args, **kw: None)
 
 def test_every_row_cites_the_vllm_source_it_was_read_from() -> None:
     data = layouts()
@@ -114,7 +121,7 @@ LINEAR = LAYERS * (4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336)
 K_SUM = LAYERS * (3 * 4096 + 14336)  # input features of qkv, o, gate_up, down per layer
 
 
-def test_awq_zero_points_are_bf16_on_hopper_only(tmp_path: Path) -> None:
+def test_awq_zero_points_are_bf16_on_hopper_only(tmp_path: Path, layout_only: None) -> None:
     # Machete (SM 9.0 exactly: machete.py can_implement) pre-multiplies the zero points by the scales in bf16;
     # Marlin on SM 8.0 and 10.0 keeps them 4-bit packed (marlin_zero_points)
     awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from forklift.plan import make
+from forklift.plan import load_replay, make
 from tests.unit.plan.conftest import recipe_for
 
 GIB = 1024**3
@@ -47,6 +47,13 @@ def _gptq(**kw: Any) -> dict[str, Any]:
 K_PER_LAYER = 3 * 4096 + 14336
 
 
+
+@pytest.fixture
+def layout_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stored layout alone: without the caching allocator's slack the weights term adds for GPTQ / AWQ on
+    Machete (plan/load_replay.py; tests/unit/plan/test_load_replay.py checks that against the H200 probes)."""
+    monkeypatch.setattr(load_replay, "load_slack", lambda *args, **kw: None)
+
 def test_gptq_with_a_module_list_quantizes_the_fused_projections_and_not_lm_head(tmp_path: Path) -> None:
     # On the A100 (Marlin): int4 values + one bf16 scale per 128 inputs, 0.5 + 2/128 bytes per parameter; Marlin
     # replaces the unused qzeros and g_idx by empty tensors (kernels/linear/mixed_precision/marlin.py
@@ -56,7 +63,7 @@ def test_gptq_with_a_module_list_quantizes_the_fused_projections_and_not_lm_head
     assert got == pytest.approx(expected / GIB, abs=0.002)
 
 
-def test_gptq_on_hopper_keeps_the_checkpoints_qzeros_and_g_idx(tmp_path: Path) -> None:
+def test_gptq_on_hopper_keeps_the_checkpoints_qzeros_and_g_idx(tmp_path: Path, layout_only: None) -> None:
     # On the H200 (Machete): AutoGPTQLinearMethod.create_weights registers qzeros (int32, K/128 x N/8) and g_idx (int32,
     # K) even for a symmetric checkpoint without act-order; Machete transforms zero points only when the layer has them
     # (machete.py process_weights_after_loading), so both stay: + 4 bits per group of 128 and 4 bytes per input feature
@@ -65,7 +72,7 @@ def test_gptq_on_hopper_keeps_the_checkpoints_qzeros_and_g_idx(tmp_path: Path) -
     assert got == pytest.approx(expected / GIB, abs=0.002)
 
 
-def test_awq_on_hopper_stores_its_zero_points_in_bf16(tmp_path: Path) -> None:
+def test_awq_on_hopper_stores_its_zero_points_in_bf16(tmp_path: Path, layout_only: None) -> None:
     # machete.py transform_w_zp: -scale x zero in the scales' dtype, one bf16 per group of 128 and output feature (the
     # checkpoint's 4-bit packed zeros become 16 bits); on the A100 Marlin keeps them packed (marlin_zero_points)
     awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
