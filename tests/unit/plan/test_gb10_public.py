@@ -196,8 +196,9 @@ def test_a_repeat_of_two_configurations_is_labelled_scored_and_kept_out_of_the_b
     assert summ["pool_rows_one_configuration"] == 1 and summ["pool_err_median_pct_one_configuration"] == 25.0
     # the band is the spread of one configuration's boots: a 39 GiB "spread" across two geometries stays out of it,
     # the same spread with tokens that follow the bytes goes in
-    apart = copy.deepcopy(threads) + [{"id": "x", "url": "https://example.invalid/x", "split": "train", "observations": [
-        {"kind": "repeat", "kv_gib": [1.0, 40.0], "kv_tokens": [100000, 100000]}]}]
+    apart = copy.deepcopy(threads) + [{"id": "x", "url": "https://example.invalid/x", "split": "train",
+                                       "observations": [{"kind": "repeat", "kv_gib": [1.0, 40.0],
+                                                         "kv_tokens": [100000, 100000]}]}]
     assert bench.fit(apart) == bench.fit(threads)
     together = copy.deepcopy(threads) + [{"id": "x", "url": "https://example.invalid/x", "split": "train",
                                          "observations": [{"kind": "repeat", "kv_gib": [1.0, 40.0],
