@@ -103,7 +103,7 @@ def fit(threads: list[dict[str, Any]]) -> dict[str, Any]:
         if obs.get("speculative", "none") != "none" or logged is None or "config" not in obs:
             continue
         excess.append(logged - device_graph_estimate(obs, str(thread["vllm"]).split("+")[0]))
-    repeats = [o for _, o in _observations(threads, "train", "repeat") if "kv_gib" in o]
+    repeats = [o for _, o in _observations(threads, "train", "repeat") if "kv_gib" in o and one_configuration(o)]
     spreads = [max(boots) - min(boots) for o in repeats for boots in _by_cache_state(o).values()]
     gains = [cold_warm_gain(o) for o in repeats]
     known = [x for x in gains if x is not None]
@@ -125,6 +125,32 @@ def _by_cache_state(obs: dict[str, Any]) -> dict[str, list[float]]:
     for state, kv in zip(states, boots, strict=True):
         groups.setdefault(str(state), []).append(kv)
     return groups
+
+
+GEOMETRY_TOLERANCE = 0.01
+"""How far a repeat's tokens per GiB may differ between boots and still be one KV configuration: vLLM reports
+``num_blocks // len(kv_cache_groups) * min_block_size`` tokens (v1/core/kv_cache_utils.py _report_kv_cache_config)
+with ``num_blocks = available // page_size // layers`` (get_num_blocks), so for fixed settings tokens follow the
+pool's bytes to within one block (~0.2 % at the ~600 blocks of the threads) plus a thread's rounding of its
+figures (a "1.75M" is good to 0.3 %)."""
+
+
+def tokens_per_gib_spread(obs: dict[str, Any]) -> float | None:
+    """How far the boots' tokens per GiB lie apart (largest / smallest - 1) for a repeat that gives both figures
+    per boot; None where it does not."""
+    gib, tokens = obs.get("kv_gib"), obs.get("kv_tokens")
+    if not isinstance(gib, list) or not isinstance(tokens, list) or len(gib) != len(tokens) or len(gib) < 2:
+        return None
+    ratios = [float(t) / float(g) for t, g in zip(tokens, gib, strict=True)]
+    return max(ratios) / min(ratios) - 1
+
+
+def one_configuration(obs: dict[str, Any]) -> bool:
+    """False for a repeat whose boots' tokens per GiB differ by more than :data:`GEOMETRY_TOLERANCE`: their block
+    geometry (page size or group count) differed, so they were not the same KV configuration and their pools do not
+    measure the run-to-run spread (the settings or the image changed between them)."""
+    spread = tokens_per_gib_spread(obs)
+    return spread is None or spread <= GEOMETRY_TOLERANCE
 
 
 def cold_warm_gain(obs: dict[str, Any]) -> float | None:
@@ -212,7 +238,9 @@ def _repeat_rows(threads: list[dict[str, Any]], split: str, cold_compile_gib: fl
     """Boots of the same settings: the first predicts the others (the spread no plan can beat). A thread that gives
     tokens rather than GiB is scored in percent only: one configuration's tokens are proportional to its blocks.
     Where the source gives each boot's compile-cache state, a warm boot is predicted from a cold first boot plus
-    ``cold_compile_gib`` (gb10.py, "Compile cache"; nothing where it was not fitted)."""
+    ``cold_compile_gib`` (gb10.py, "Compile cache"; nothing where it was not fitted). Nothing else is added: the
+    free memory at start does not enter the pool (gb10.py, "Repeat boots"). A repeat whose boots were not one KV
+    configuration (:func:`one_configuration`) is still scored, and labelled."""
     rows = []
     for thread, obs in _observations(threads, split, "repeat"):
         in_gib = "kv_gib" in obs
@@ -221,6 +249,9 @@ def _repeat_rows(threads: list[dict[str, Any]], split: str, cold_compile_gib: fl
         for i, other in enumerate(others, start=1):
             what = f"util {obs.get('util', 'not stated')}, same settings" + ("" if in_gib else " (tokens)")
             predicted = first
+            if not one_configuration(obs):
+                what += (f", tokens per GiB differ by {100 * (tokens_per_gib_spread(obs) or 0.0):.1f}%: "
+                         "not one KV configuration")
             if states and states[0] != states[i]:
                 what += f", {states[0]} -> {states[i]} compile cache"
                 sign = {("cold", "warm"): 1.0, ("warm", "cold"): -1.0}.get((states[0], states[i]), 0.0)
@@ -279,12 +310,18 @@ def summary(rows: list[Row], threads: list[dict[str, Any]]) -> dict[str, Any]:
     for split in ("train", "heldout", "seed"):
         mine = [r for r in rows if r.split == split]
         pool = [abs(r.err_pct) for r in mine if r.kind.startswith("KV pool") and r.err_pct is not None]
+        # the same figures without repeat rows whose boots were not one KV configuration (one_configuration):
+        # reported beside the headline, which keeps every row
+        same = [abs(r.err_pct) for r in mine if r.kind.startswith("KV pool") and r.err_pct is not None
+                and "not one KV configuration" not in r.what]
         decided = [r for r in mine if r.verdict_ok is not None]
         out[split] = {
             "threads": len([t for t in threads if t["split"] == split]) if split != "seed" else 1,
             "pool_rows": len(pool),
             "pool_err_median_pct": round(statistics.median(pool), 2) if pool else None,
             "pool_err_max_pct": round(max(pool), 2) if pool else None,
+            "pool_rows_one_configuration": len(same),
+            "pool_err_median_pct_one_configuration": round(statistics.median(same), 2) if same else None,
             "verdicts_decided": len(decided),
             "verdicts_right": sum(1 for r in decided if r.verdict_ok),
             "too_close_to_call": sum(1 for r in mine if r.predicted_verdict == "too close to call"),

@@ -34,6 +34,22 @@ Forms, from vLLM's code (0.12.0 - 0.29.x; the lines did not change in the releas
   rank; only where the model is compiled, not eager). It is fitted, like the rest, from train threads that state
   both cache states for one setting; without one it is None and not applied.
 
+* Repeat boots (read at the 0.2x text of the files above): the pool is ``requested - (weights + torch_peak_increase
+  + non_torch_increase) - cudagraph_estimate`` (gpu_worker.py determine_available_memory, the estimate applied while
+  VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is set, the default since 0.21), with ``requested = ceil(total x
+  utilization)`` from cudaMemGetInfo's *total* (request_memory). The free reading at the init snapshot enters only
+  the startup check: ``non_torch_increase`` is a difference of two snapshots (mem_utils.py memory_profiling,
+  ``after_profile - before_create``), so what the node had free before vLLM started (page cache, other tenants)
+  cancels, and only what changes MemAvailable *during* the load and profile moves the pool. The threads give none of
+  these movers for both boots of a repeat (vLLM logs them at DEBUG and INFO): the host heap the load and the compile
+  leave behind at the after-profile snapshot, the page cache the kernel holds back from MemAvailable while the load
+  fills it (at most the low watermark, :func:`watermark_cost`), and the CUDA-graph estimate, which
+  profile_cudagraph_memory (gpu_model_runner.py) takes from torch.cuda.mem_get_info (MemFree on an integrated GPU,
+  not replaced by MemAvailable) around the first and the second capture and extrapolates as ``first + (graphs - 1) x
+  second``: a few MiB of page-cache fill or reclaim during the second capture move the estimate by that much times
+  the number of captured graphs. So the boot-to-boot spread is not predicted from the free memory at start; it stays
+  the band (``pool_band_gib``).
+
 Constants: data/gb10.yaml ``fitted``, chosen on the train threads of tests/data/calibration/gb10-public only.
 """
 

@@ -167,3 +167,40 @@ def test_speculative_decoding_on_unified_memory_is_never_decided_fits(tmp_path: 
 def test_discrete_gpus_keep_vllms_verdict(tmp_path: Path) -> None:
     plan = make(recipe_for(tmp_path, json.loads(GLM47.read_text()), hardware="h200", tp=2, max_model_len=8192))
     assert plan.verdict == "fits" and plan.uncertainty_gib is not None  # the GPU band, not the GB10 spread
+
+
+def test_tokens_per_gib_tell_two_kv_configurations_apart() -> None:
+    # miaai-glm53-47's boots as the thread gives them: 1,750,000 / 18.67 = 93,733 and 1,497,584 / 16.53 = 90,598
+    # tokens per GiB, 3.46 % apart; one configuration keeps them within a block (GEOMETRY_TOLERANCE, 1 %)
+    two = {"kind": "repeat", "kv_gib": [18.67, 16.53], "kv_tokens": [1750000, 1497584]}
+    spread = bench.tokens_per_gib_spread(two)
+    assert spread is not None and abs(spread - 0.0346) < 5e-4
+    assert not bench.one_configuration(two)
+    one = {"kind": "repeat", "kv_gib": [10.0, 12.0], "kv_tokens": [600000, 720000]}  # 60,000 per GiB both times
+    assert bench.tokens_per_gib_spread(one) == 0.0 and bench.one_configuration(one)
+    assert bench.tokens_per_gib_spread({"kind": "repeat", "kv_gib": [10.0, 12.0]}) is None
+    assert bench.one_configuration({"kind": "repeat", "kv_gib": [10.0, 12.0]})
+
+
+def test_a_repeat_of_two_configurations_is_labelled_scored_and_kept_out_of_the_band(
+        threads: list[dict[str, Any]]) -> None:
+    thread = {"id": "t", "split": "heldout", "observations": [
+        {"kind": "repeat", "util": 0.87, "kv_gib": [18.67, 16.53], "kv_tokens": [1750000, 1497584]},
+        {"kind": "repeat", "util": 0.8, "kv_gib": [10.0, 8.0]}]}
+    labelled, plain = bench._repeat_rows([thread], "heldout")
+    assert "not one KV configuration" in labelled.what and "3.5%" in labelled.what
+    assert labelled.err_pct == 12.95 and labelled.err_gib == 2.14  # (18.67 - 16.53) / 16.53: still scored
+    assert "not one KV configuration" not in plain.what and plain.err_pct == 25.0
+    summ = bench.summary([labelled, plain], [thread])["heldout"]
+    assert summ["pool_rows"] == 2 and summ["pool_err_median_pct"] == 18.98  # (12.95 + 25) / 2, every row
+    assert summ["pool_rows_one_configuration"] == 1 and summ["pool_err_median_pct_one_configuration"] == 25.0
+    # the band is the spread of one configuration's boots: a 39 GiB "spread" across two geometries stays out of it,
+    # the same spread with tokens that follow the bytes goes in
+    apart = copy.deepcopy(threads) + [{"id": "x", "url": "https://example.invalid/x", "split": "train",
+                                       "observations": [{"kind": "repeat", "kv_gib": [1.0, 40.0],
+                                                         "kv_tokens": [100000, 100000]}]}]
+    assert bench.fit(apart) == bench.fit(threads)
+    together = copy.deepcopy(threads) + [{"id": "x", "url": "https://example.invalid/x", "split": "train",
+                                         "observations": [{"kind": "repeat", "kv_gib": [1.0, 40.0],
+                                                           "kv_tokens": [100000, 4000000]}]}]
+    assert bench.fit(together)["pool_band_gib"] == 39.0
