@@ -5,7 +5,11 @@ server, so the samples carry start-to-start as well as run-to-run noise), runs t
 times against each start, and writes every ``BenchResult`` JSON (per-request samples included) under
 ``benchmarks/data/canary/``. One more start with ``serve.max_num_seqs=1`` gives a really slower configuration.
 
-    flock /tmp/fk-heavy.lock python -m benchmarks.canary_record [STARTS] [RUNS_PER_START]
+    flock /tmp/fk-heavy.lock python -m benchmarks.canary_record [STARTS] [RUNS_PER_START] [FOLDER [FIRST_START]]
+
+With FOLDER (under ``benchmarks/data/``) it records only baseline starts there, all in one window: the 2026-12-03
+window (``canary-window/``, ten starts: ``8 3 canary-window`` then ``2 3 canary-window 8``) lets
+``canary_detection`` split real starts five against five.
 
 It is a module without ``main()`` on purpose: ``benchmarks.run`` skips it.
 """
@@ -61,16 +65,21 @@ def _one_start(label: str, sets: list[str], runs: int) -> list[Path]:
     return written
 
 
-def main_record(starts: int = 4, runs_per_start: int = 3) -> None:
+def main_record(starts: int = 4, runs_per_start: int = 3, folder: str = "", first: int = 0) -> None:
+    global DATA
+    if folder:
+        DATA = DATA.parent / folder
     DATA.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as home:
         os.environ["FORKLIFT_HOME"] = home
         os.environ.setdefault("FORKLIFT_CACHE", str(Path.home() / ".cache" / "forklift"))
-        for s in range(starts):
+        for s in range(first, first + starts):
             _one_start(f"base-s{s}", [], runs_per_start)
-        _one_start("seqs1-s0", ["serve.max_num_seqs=1"], runs_per_start)
+        if not folder:
+            _one_start("seqs1-s0", ["serve.max_num_seqs=1"], runs_per_start)
 
 
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:3]]
-    main_record(*args)
+    argv = sys.argv[1:]
+    main_record(int(argv[0]) if argv else 4, int(argv[1]) if len(argv) > 1 else 3,
+                argv[2] if len(argv) > 2 else "", int(argv[3]) if len(argv) > 3 else 0)
