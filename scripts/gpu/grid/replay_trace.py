@@ -14,36 +14,16 @@ import json
 import sys
 from collections import Counter
 
-from forklift.plan.allocator import Allocator, Block
-
-
-def seed(a: Allocator, segments: list[dict]) -> dict[int, int]:  # type: ignore[type-arg]
-    """The allocator's state at the start: each segment's blocks, allocated or free; returns live addr -> size."""
-    live: dict[int, int] = {}
-    for s in segments:
-        addr, prev = s["address"], None
-        small = s.get("segment_type") == "small"
-        a.segments[s["address"]] = s["total_size"]
-        for size, requested, state in s["blocks"]:
-            b = Block(addr, size, small, prev=prev)
-            if prev is not None:
-                prev.next = b
-            a.blocks[addr] = b
-            if state == "active_allocated":
-                b.allocated, b.requested = True, requested
-                live[addr] = size
-            else:
-                a._insert(b)
-            prev, addr = b, addr + size
-    return live
+from forklift.plan.allocator import Allocator
+from forklift.plan.load_replay import LOAD_MAX_SPLIT
 
 
 def main() -> None:
     with gzip.open(sys.argv[1], "rt") as f:
         data = json.load(f)
     frames = data["frames"]
-    a = Allocator()
-    seed(a, data["before"])
+    a = Allocator(max_split_size=LOAD_MAX_SPLIT)
+    a.seed(data["before"])
     start_alloc = a.allocated
     pending_segment = None
     wrong = 0

@@ -13,11 +13,16 @@ c10/cuda/CUDACachingAllocator.cpp and c10/core/AllocatorConfig.h):
   ``kRoundLarge`` (2 MiB).
 - ``get_free_block``: the smallest cached free block of the pool that holds the request (ties: lowest address).
 - ``should_split``: the found block is split when what remains is at least 512 B (small pool) or more than
-  ``kSmallSize`` (large pool); otherwise the whole block is handed out and counted as allocated.
+  ``kSmallSize`` (large pool, and only for requests under ``max_split_size``); otherwise the whole block is handed
+  out and counted as allocated.
+- ``max_split_size`` (``max_split_size_mb``; SIZE_MAX by default, but vLLM 0.26 loads the model under 20 MiB:
+  gpu_worker.py ``_scoped_allocator_max_split``): ``get_free_block`` refuses its best-fit block when the request is
+  under the limit and the block is not, or the request is at or over it and the block exceeds it by
+  ``kLargeBuffer`` (20 MiB) or more; a new segment is made instead.
 - ``free_block``: a freed block merges with free neighbours of its segment (``try_merge_blocks``).
 - ``release_cached_blocks`` (``empty_cache``): segments with no allocated block go back to the driver.
 
-Not replayed: several streams, ``max_split_size_mb`` / ``roundup_power2_divisions`` / ``expandable_segments``
+Not replayed: several streams, ``roundup_power2_divisions`` / ``expandable_segments``
 configurations, garbage-collection thresholds and the out-of-memory retry paths (none is set or reached while
 vLLM loads a model on one GPU).
 """
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import Any
 
 K_MIN_BLOCK = 512
 K_SMALL_SIZE = 1 << 20
@@ -66,7 +72,8 @@ class Allocator:
     """One device, one stream. Addresses of new segments are handed out in increasing order (``next_address``),
     or taken from ``segment_at`` when replaying a recorded trace."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_split_size: int | None = None) -> None:
+        self.max_split_size = max_split_size if max_split_size is not None else 1 << 64
         self.pools: dict[bool, list[tuple[int, int]]] = {True: [], False: []}  # small? -> sorted (size, addr)
         self.blocks: dict[int, Block] = {}  # every block by address, free or not
         self.next_address = 1 << 32
@@ -87,7 +94,7 @@ class Allocator:
         small = size <= K_SMALL_SIZE
         pool = self.pools[small]
         i = bisect.bisect_left(pool, (size, -1))
-        if i < len(pool):
+        if i < len(pool) and self._may_use(size, pool[i][0]):
             block = self.blocks[pool[i][1]]
             self._remove(block)
         else:
@@ -98,7 +105,8 @@ class Allocator:
             self.blocks[addr] = block
             self.segments[addr] = seg
         remaining = block.size - size
-        if remaining >= K_MIN_BLOCK if small else remaining > K_SMALL_SIZE:  # should_split
+        split = remaining >= K_MIN_BLOCK if small else size < self.max_split_size and remaining > K_SMALL_SIZE
+        if split:  # should_split
             rest = Block(block.addr + size, remaining, small, prev=block, next=block.next)
             if block.next is not None:
                 block.next.prev = rest
@@ -108,6 +116,13 @@ class Allocator:
             self._insert(rest)
         block.allocated, block.requested = True, nbytes
         return block.addr
+
+    def _may_use(self, size: int, found: int) -> bool:
+        """get_free_block's oversize checks on the best-fit block: under max_split_size no block of at least it;
+        at or over it, no block of kLargeBuffer or more beyond the request."""
+        if size < self.max_split_size:
+            return found < self.max_split_size
+        return found < size + K_LARGE_BUFFER
 
     def free(self, addr: int) -> None:
         block = self.blocks[addr]
@@ -130,6 +145,24 @@ class Allocator:
                     other.next.prev = block
                 del self.blocks[other.addr]
         self._insert(block)
+
+    def seed(self, segments: list[dict[str, Any]]) -> None:
+        """Take over segments as torch.cuda.memory._snapshot() lists them (address, total_size, segment_type,
+        blocks as [size, requested, state])."""
+        for s in segments:
+            addr, prev = s["address"], None
+            small = s.get("segment_type") == "small"
+            self.segments[addr] = s["total_size"]
+            for size, requested, state in s["blocks"]:
+                b = Block(addr, size, small, prev=prev)
+                if prev is not None:
+                    prev.next = b
+                self.blocks[addr] = b
+                if state == "active_allocated":
+                    b.allocated, b.requested = True, requested
+                else:
+                    self._insert(b)
+                prev, addr = b, addr + size
 
     def empty_cache(self) -> None:
         """release_cached_blocks: every segment that is one free block goes back."""

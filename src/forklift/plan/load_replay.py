@@ -16,15 +16,15 @@ The program, per rank of a stage (model_loader/base_loader.py BaseModelLoader.lo
 3. ``process_weights_after_loading`` (model_loader/utils.py, module order): auto_gptq on Machete
    (machete.py MacheteLinearKernel.process_weights_after_loading, transform_w_q) makes ``x.t().contiguous()``, then
    ``machete_prepack_B``'s output, frees the first and the loaded qweight; scales stay (``contiguous`` of a
-   contiguous tensor), g_idx and qzeros stay.
+   contiguous tensor), g_idx and qzeros stay. auto_awq (auto_awq.py _convert_awq_to_standard_format, then Machete's
+   transform_w_q and transform_w_zp) in the op order the H200 allocator trace recorded (``_awq_to_machete``).
 
-Covered: dense layers (attention + dense MLP, fused q/k/v and gate/up) quantized 4-bit by auto_gptq without
-act-order and every layer's linears on Machete. auto_awq on Machete is covered for the blocks that survive the
-conversion (scales, norms, embeddings, rotary cache): its conversion (auto_awq.py _convert_awq_to_standard_format)
-and Machete's zero-point repack (transform_w_zp) make transients whose op-level order this replay does not know
-(a replay of the order read from the source gives 16.8 of the 33.6 MB measured for the llama8b-like model, so it
-is not used), which makes AWQ's figure a lower bound. Not covered (no term): Marlin and the other kernels,
-act-order, MoE, MLA, hybrid and multimodal models.
+The whole load runs under ``max_split_size_mb:20`` (gpu_worker.py load_model @0.26.0), which keeps freed blocks of
+20 MiB and more away from smaller requests (forklift.plan.allocator). Replayed against the H200 probes (vLLM 0.26.0,
+dummy weights; blocks minus storages): llama8b GPTQ 8,453,632 B, llama8b AWQ 33,619,456 B, Qwen3-8B AWQ
+60,908,992 B, each equal to the measured figure. Covered: dense layers (attention + dense MLP, fused q/k/v and
+gate/up) quantized 4-bit by auto_gptq without act-order or by auto_awq, every layer's linears on Machete. Not
+covered (no term): Marlin and the other kernels, act-order, MoE, MLA, hybrid and multimodal models.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from forklift.plan.allocator import Allocator, Op, replay
 from forklift.plan.quant_layout import capability_int, choose, quantized_linears
 
 _VOCAB_PAD = 64
+# gpu_worker.py load_model @0.26.0: the load runs under _scoped_allocator_max_split(max_split_size_mb=20)
+LOAD_MAX_SPLIT = 20 << 20
 _FUSED = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "o_proj": "o", "gate_proj": "gate_up",
           "up_proj": "gate_up", "gate_up_proj": "gate_up", "down_proj": "down"}
 
@@ -94,6 +96,47 @@ def _rope(p: _Program, rows: int, width: int, dtype_bytes: int) -> None:
     p.free(cache)
 
 
+def _awq_to_machete(p: _Program, ps: dict[str, int], lin: Linear, group: int, act: int) -> None:
+    """One linear's process_weights_after_loading under auto_awq on Machete, op by op as the H200 trace recorded it
+    (tests/data/calibration/h200-grid/load-probe/r10-trace-*.json.gz): auto_awq.py _convert_awq_to_standard_format, then
+    machete.py transform_w_q (scales stay: ``contiguous`` of a contiguous tensor) and transform_w_zp."""
+    kn, gn = lin.k * lin.n, (lin.k // group if group > 0 else 1) * lin.n
+    order, shifts = p.alloc(8 * 8), p.alloc(8 * 4)  # _REVERSE_AWQ_PACK_ORDER (int64), the shifts (int32)
+    shifted = p.alloc(kn * 4)  # qw.unsqueeze(-1) >> shifts
+    masked = p.alloc(kn * 4)  # & mask
+    p.free(shifted)
+    unpacked = p.alloc(kn * 4)  # [:, :, reverse_order]: a view of it lives until the return
+    p.free(masked)
+    widened = p.alloc(kn * 4)  # << shifts
+    new_qw = p.alloc(kn // 2)  # .sum(dim=1)
+    p.free(widened)
+    shifted = p.alloc(gn * 4)  # the zero points likewise
+    masked = p.alloc(gn * 4)
+    p.free(shifted)
+    unpacked_zp = p.alloc(gn * 4)
+    p.free(masked)
+    widened = p.alloc(gn * 4)
+    new_qz = p.alloc(gn // 2)
+    p.free(widened)
+    for key in (order, shifts, ps["qweight"], unpacked, ps["qzeros"], unpacked_zp):  # locals and replaced params
+        p.free(key)
+    transposed = p.alloc(kn // 2)  # transform_w_q: x.t().contiguous()
+    p.alloc(kn // 2, kept=True)  # machete_prepack_B's output
+    p.free(transposed)
+    p.free(new_qw)
+    zp = p.alloc(gn * 4)  # unpack_quantized_values_into_int32's output
+    for _ in range(8):  # its loop over the pack factor: a shift and a mask per step
+        a, b = p.alloc(gn // 2), p.alloc(gn // 2)
+        p.free(a)
+        p.free(b)
+    neg, prod = p.alloc(gn * act), p.alloc(gn * act)  # -1.0 * w_s, * zp.to(dtype)
+    p.alloc(gn * act, kept=True)  # .contiguous()
+    p.free(neg)
+    p.free(prod)
+    p.free(new_qz)
+    p.free(zp)
+
+
 def program(spec: ModelSpec, method: str, layers: list[dict[str, Linear]], *, group: int, act: int, tp: int,
             first: bool, last: bool) -> tuple[list[Op], set[int]]:
     """The load's allocations and frees on one rank, and the tensors whose blocks the loaded model keeps as made."""
@@ -120,6 +163,10 @@ def program(spec: ModelSpec, method: str, layers: list[dict[str, Linear]], *, gr
     if last:
         p.alloc(h * act, kept=True)
         p.alloc(vocab_rows * h * act, kept=True)
+    if method == "auto_awq":
+        for ps, lins in zip(params, layers, strict=True):
+            for name in ("qkv", "o", "gate_up", "down"):
+                _awq_to_machete(p, ps[name], lins[name], group, act)
     if method == "auto_gptq":
         for ps, lins in zip(params, layers, strict=True):
             for name in ("qkv", "o", "gate_up", "down"):
@@ -133,7 +180,7 @@ def program(spec: ModelSpec, method: str, layers: list[dict[str, Linear]], *, gr
 
 def slack_of(ops: list[Op], kept: set[int]) -> int:
     """Blocks minus requested bytes over the kept tensors after the program."""
-    a = Allocator()
+    a = Allocator(max_split_size=LOAD_MAX_SPLIT)
     live: dict[object, int] = {}
     for action, key, nbytes in ops:
         if action == "alloc":

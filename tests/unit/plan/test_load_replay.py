@@ -2,11 +2,13 @@
 
 tests/data/calibration/h200-grid/load-probe holds scripts/gpu/grid/load_memory_probe.py's output (vLLM 0.26.0,
 dummy weights): "took" (``consumed_bytes``, the growth of torch.cuda.memory_allocated over the load) and the bytes
-of the storages the loaded model holds. Expected figures are read from those logs at test time.
+of the storages the loaded model holds; r10-trace-*.json.gz its allocator trace (every alloc / free / segment event of
+the load, PROBE_TRACE). Expected figures are read from those files at test time.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -17,17 +19,22 @@ from benchmarks import plan_accuracy as pa
 from forklift.model.load import spec_from_file
 from forklift.model.quant import loaded_scheme
 from forklift.plan import make
-from forklift.plan.allocator import replay
-from forklift.plan.load_replay import load_slack
+from forklift.plan.allocator import Allocator, replay
+from forklift.plan.load_replay import LOAD_MAX_SPLIT, load_slack
 
 PROBES = Path(__file__).parents[2] / "data" / "calibration" / "h200-grid" / "load-probe"
 GIB = 1 << 30
 MIB = 1 << 20
 
 
-def _probe(model: str) -> dict[str, Any]:
-    line = next(ln for ln in (PROBES / f"r7-probe-{model}.log").read_text().splitlines() if ln.startswith("PROBE "))
+def _probe(model: str, log: str = "r7-probe-{}.log") -> dict[str, Any]:
+    text = (PROBES / log.format(model)).read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("PROBE "))
     return json.loads(line[len("PROBE "):])
+
+
+R10 = {"llama8b-q-awq": "r10-{}-1-llama8b-q-awq", "qwen3-8b-q-awq": "r10-{}-2-qwen3-8b-q-awq",
+       "llama8b-q-gptq": "r10-{}-3-llama8b-q-gptq"}
 
 
 def _plan_weights(model: str, tmp_path: Path) -> float:
@@ -48,16 +55,56 @@ def _slack(model: str) -> int | None:
                       end=spec.num_layers, first=True, last=True, act_bytes=2)
 
 
-def test_gptq_machete_replayed_slack_is_the_measured_blocks_minus_storages() -> None:
-    probe = _probe("llama8b-q-gptq")
-    assert _slack("llama8b-q-gptq") == probe["consumed_bytes"] - probe["model_storage_bytes"]
+@pytest.mark.parametrize("model", ["llama8b-q-awq", "qwen3-8b-q-awq", "llama8b-q-gptq"])
+@pytest.mark.parametrize("log", ["r7-probe-{}.log", "r10"])
+def test_replayed_slack_is_the_measured_blocks_minus_storages(model: str, log: str) -> None:
+    probe = _probe(model, R10[model].format("probe") + ".log" if log == "r10" else log)
+    assert _slack(model) == probe["consumed_bytes"] - probe["model_storage_bytes"]
 
 
-@pytest.mark.parametrize("model", ["llama8b-q-awq", "qwen3-8b-q-awq"])
-def test_awq_replayed_slack_is_a_lower_bound(model: str) -> None:
-    probe = _probe(model)
-    slack = _slack(model)
-    assert slack is not None and 0 < slack < probe["consumed_bytes"] - probe["model_storage_bytes"]
+@pytest.mark.parametrize("model", sorted(R10))
+def test_the_allocator_rules_reproduce_the_recorded_load_address_by_address(model: str) -> None:
+    # every alloc of the recorded load lands where the real allocator put it (new segments at their recorded
+    # addresses), and the allocated bytes at the end are the snapshot's
+    with gzip.open(PROBES / (R10[model].format("trace") + ".json.gz"), "rt") as f:
+        trace = json.load(f)
+    a = Allocator(max_split_size=LOAD_MAX_SPLIT)
+    a.seed(trace["before"])  # what the allocator held when the load began
+    start = a.allocated
+    segment_at, wrong = None, 0
+    for action, addr, size, _stream, _frames in trace["events"]:
+        if action == "segment_alloc":
+            segment_at = addr
+        elif action == "alloc":
+            wrong += a.malloc(size, segment_at=segment_at) != addr
+            segment_at = None
+        elif action == "free_completed":
+            a.free(addr)
+        elif action == "segment_free":
+            a.empty_cache()
+    after = sum(b[0] for s in trace["segments"] for b in s["blocks"] if b[2] == "active_allocated")
+    assert wrong == 0
+    assert a.allocated == after
+    assert after - start == _probe(model, R10[model].format("probe") + ".log")["consumed_bytes"]
+
+
+def test_without_the_load_limit_the_awq_trace_is_not_reproduced() -> None:
+    # the same events under PyTorch's default (no max_split_size) put blocks elsewhere
+    with gzip.open(PROBES / (R10["llama8b-q-awq"].format("trace") + ".json.gz"), "rt") as f:
+        trace = json.load(f)
+    a, segment_at, wrong = Allocator(), None, 0
+    a.seed(trace["before"])
+    placed: dict[int, int] = {}
+    for action, addr, size, _stream, _frames in trace["events"]:
+        if action == "segment_alloc":
+            segment_at = addr
+        elif action == "alloc":
+            placed[addr] = a.malloc(size, segment_at=segment_at)
+            wrong += placed[addr] != addr
+            segment_at = None
+        elif action == "free_completed" and addr in placed:
+            a.free(placed.pop(addr))
+    assert wrong > 0
 
 
 def test_not_covered_gives_no_term() -> None:
@@ -66,12 +113,22 @@ def test_not_covered_gives_no_term() -> None:
 
 
 @pytest.mark.parametrize("model", ["llama8b-q-awq", "qwen3-8b-q-awq"])
-def test_awq_planned_weights_lie_between_the_storages_and_what_loading_took(model: str, tmp_path: Path) -> None:
-    # AWQ's conversion transients are not replayed: the plan counts the blocks of the tensors that survive it, a
-    # lower bound of the slack
+def test_awq_machete_planned_weights_are_what_loading_took(model: str, tmp_path: Path) -> None:
     probe = _probe(model)
-    planned = _plan_weights(model, tmp_path)
-    assert probe["model_storage_bytes"] + 0.005 * GIB < planned < probe["consumed_bytes"]
+    assert _plan_weights(model, tmp_path) == pytest.approx(probe["consumed_bytes"], abs=0.0005 * GIB)
+
+
+def test_a_freed_block_over_the_split_limit_is_not_handed_to_a_smaller_request() -> None:
+    # vLLM loads under max_split_size_mb:20. Two 8 MiB tensors share a new 20 MiB segment; once both are freed the
+    # segment is one 20 MiB block, which a later 8 MiB request may not take (under the limit, block not): a new
+    # segment. A 64 MiB request refuses a free 96 MiB block (at least 64 + 20 MiB) the same way.
+    ops = [("alloc", "a", 8 * MIB), ("alloc", "b", 8 * MIB), ("free", "a", 0), ("free", "b", 0),
+           ("alloc", "c", 8 * MIB), ("alloc", "big", 96 * MIB), ("free", "big", 0), ("alloc", "d", 64 * MIB)]
+    limited = replay(ops, Allocator(max_split_size=20 * MIB))
+    assert sorted(limited.segments.values()) == [20 * MIB, 20 * MIB, 64 * MIB, 96 * MIB]
+    default = replay(ops)
+    assert sorted(default.segments.values()) == [20 * MIB, 96 * MIB]
+    assert default.slack == 0 and limited.slack == 0
 
 
 def test_unsplit_blocks_alternate_between_layers_as_gptq_loads() -> None:
