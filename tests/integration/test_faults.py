@@ -22,9 +22,12 @@ pytestmark = pytest.mark.integration
 
 def _start_up(home: Path, name: str, port: int, *extra: str) -> subprocess.Popen[str]:
     env = {**os.environ, "FORKLIFT_HOME": str(home)}
+    # SIGINT's default in the child: a shell that starts the suite in the background leaves SIGINT ignored
+    # (POSIX, for asynchronous commands), and an ignored disposition survives exec, so `up` would never see it
     return subprocess.Popen([sys.executable, "-m", "forklift.cli.main", "up", "default", "--name", name,
                              "--set", f"serve.port={port}", "--json", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
 
 
 def _record(home: Path, name: str) -> dict[str, object]:
