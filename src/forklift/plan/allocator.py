@@ -193,8 +193,9 @@ class Allocator:
 Op = tuple[str, object, int]  # ("alloc", key, nbytes) or ("free", key, 0)
 
 
-def replay(ops: list[Op], allocator: Allocator | None = None) -> Allocator:
-    """Run a program of tensor allocations and frees (keys name the tensors) through the allocator."""
+def replay_live(ops: list[Op], allocator: Allocator | None = None) -> tuple[Allocator, dict[object, int]]:
+    """Run a program of tensor allocations and frees (keys name the tensors) through the allocator; with it, the
+    address of every tensor still live at the end."""
     a = allocator if allocator is not None else Allocator()
     live: dict[object, int] = {}
     for action, key, nbytes in ops:
@@ -204,4 +205,9 @@ def replay(ops: list[Op], allocator: Allocator | None = None) -> Allocator:
             a.free(live.pop(key))
         else:
             raise ValueError(f"unknown allocator op {action!r}")
-    return a
+    return a, live
+
+
+def replay(ops: list[Op], allocator: Allocator | None = None) -> Allocator:
+    """Run a program of tensor allocations and frees (keys name the tensors) through the allocator."""
+    return replay_live(ops, allocator)[0]

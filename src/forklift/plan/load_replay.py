@@ -36,7 +36,7 @@ from functools import lru_cache
 
 from forklift.model.quant import QuantScheme
 from forklift.model.spec import ModelSpec
-from forklift.plan.allocator import Allocator, Op, replay
+from forklift.plan.allocator import Allocator, Op, replay, replay_live
 from forklift.plan.quant_layout import capability_int, choose, quantized_linears
 
 _VOCAB_PAD = 64
@@ -180,13 +180,7 @@ def program(spec: ModelSpec, method: str, layers: list[dict[str, Linear]], *, gr
 
 def slack_of(ops: list[Op], kept: set[int]) -> int:
     """Blocks minus requested bytes over the kept tensors after the program."""
-    a = Allocator(max_split_size=LOAD_MAX_SPLIT)
-    live: dict[object, int] = {}
-    for action, key, nbytes in ops:
-        if action == "alloc":
-            live[key] = a.malloc(nbytes)
-        else:
-            a.free(live.pop(key))
+    a, live = replay_live(ops, Allocator(max_split_size=LOAD_MAX_SPLIT))
     return sum(a.blocks[addr].size - a.blocks[addr].requested for key, addr in live.items() if key in kept)
 
 
