@@ -293,13 +293,11 @@ def _terms(ctx: Context, stage: int, lay: KvLayout, table: mem.WeightTable, stor
 def _load_slack(ctx: Context, start: int, end: int, first: bool, last: bool) -> int:
     """What memory_allocated counts beyond the tensors after loading a stage (plan/load_replay.py; 0 where the
     replay does not cover the method and kernel)."""
-    st, recipe = ctx.st, ctx.deployment.recipe
+    st = ctx.st
     if st.platform != "cuda":
         return 0
-    quant = loaded_scheme(online_scheme(recipe.serve.quantization, ctx.spec.quant),
-                          dummy=recipe.model.load_format == "dummy")
-    slack = load_replay.load_slack(ctx.spec, quant, tp=st.tp, capability=st.capability, start=start, end=end,
-                                   first=first, last=last, act_bytes=st.dtype_bytes)
+    slack = load_replay.load_slack(ctx.spec, quant_rules.scheme_for(ctx), tp=st.tp, capability=st.capability,
+                                   start=start, end=end, first=first, last=last, act_bytes=st.dtype_bytes)
     return slack or 0
 
 
@@ -412,8 +410,7 @@ def weight_table(ctx: Context) -> tuple[mem.WeightTable, list[float] | None]:
     """Weight bytes per layer from parameter counts, and per stage from safetensors headers when the
     checkpoint is on this machine (and is what will be served)."""
     st, spec, recipe = ctx.st, ctx.spec, ctx.deployment.recipe
-    quant = loaded_scheme(online_scheme(recipe.serve.quantization, spec.quant),
-                          dummy=recipe.model.load_format == "dummy")
+    quant = quant_rules.scheme_for(ctx)
     table = mem.weight_table(spec, quant, float(st.dtype_bytes), st.tp, st.pp, include_mtp=st.include_mtp,
                              experts=expert_share(ctx), capability=st.capability if st.platform == "cuda" else None)
     stored = None
