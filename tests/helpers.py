@@ -6,7 +6,13 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from forklift.launch.launch_spec import Launch, NodePaths
+    from forklift.recipe.schema import Recipe
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
@@ -42,7 +48,8 @@ def forklift(*args: str, home: Path | None = None, timeout: float = 900, env: di
     )
 
 
-def launch_of(recipe: object, model_path: str | None = None, **render_kw: object) -> object:
+def launch_of(recipe: Recipe | str, model_path: str | None = None, *, run_id: str = "RUNID",
+              node_paths: Mapping[int, NodePaths] | None = None) -> Launch:
     """render(plan) of a Recipe (or a bundled name), with the weights at ``model_path`` on every node; the plan
     is forced, so layouts the planner would refuse still render (tests of render itself)."""
     from forklift import recipe as recipes
@@ -50,7 +57,7 @@ def launch_of(recipe: object, model_path: str | None = None, **render_kw: object
     from forklift.plan import for_launch
     from forklift.recipe.schema import Recipe
 
-    r = recipe if isinstance(recipe, Recipe) else recipes.load(str(recipe))
+    r = recipe if isinstance(recipe, Recipe) else recipes.load(recipe)
     if model_path is not None:
         r = r.model_copy(update={"model": r.model.model_copy(update={"path": model_path})})
-    return render(for_launch(r, force=True), **render_kw)  # type: ignore[arg-type]
+    return render(for_launch(r, force=True), run_id=run_id, node_paths=node_paths)

@@ -41,7 +41,7 @@ def _record(**serve: object) -> RunRecord:
     r = recipes.load("default")
     r = r.model_copy(update={"serve": r.serve.model_copy(update=serve)})
     plan = for_launch(r, force=True)
-    launch = render(plan)  # type: ignore[arg-type]
+    launch = render(plan)
     return RunRecord(name="demo", run_id="r1", plan=plan, launch=launch, endpoint=launch.endpoint + "/v1",
                      served_name=launch.served_name)
 

@@ -13,7 +13,7 @@ D = REPO / "scripts" / "gpu" / "specdec"
 
 def _config(name: str) -> dict[str, object]:
     launch = launch_of(recipes.load(str(D / "recipes" / f"{name}.yaml")))
-    argv = launch.ranks[0].argv  # type: ignore[attr-defined]
+    argv = launch.ranks[0].argv
     return json.loads(argv[argv.index("--speculative-config") + 1]) if "--speculative-config" in argv else {}
 
 

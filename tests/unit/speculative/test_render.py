@@ -78,11 +78,11 @@ def test_no_speculative_config_no_flag() -> None:
 
 def test_seed_002_4x_recipe_renders_its_dspark_draft() -> None:
     launch = launch_of(recipes.load("glm-5.2-4x-spark-dcp4"))
-    argv = launch.ranks[0].argv  # type: ignore[attr-defined]
+    argv = launch.ranks[0].argv
     cfg = json.loads(argv[argv.index("--speculative-config") + 1])
     # vLLM's own GLM-5.2 DSpark line (recipes/models/zai-org/GLM-5.2.yaml @0.33), the draft at a local path
     assert cfg == {"method": "dspark", "num_speculative_tokens": 7, "model": "/models/GLM-5.2-speculator.dspark"}
-    docker = " ".join(launch.ranks[0].argv)  # type: ignore[attr-defined]
+    docker = " ".join(launch.ranks[0].argv)
     assert "GLM-5.2-speculator.dspark:/models/GLM-5.2-speculator.dspark:ro" in docker
 
 

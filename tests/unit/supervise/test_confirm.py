@@ -17,8 +17,8 @@ from tests.helpers import launch_of
 
 def _supervisor(monkeypatch: pytest.MonkeyPatch, answers: list[tuple[str, list[int], list[str]]],
                 ) -> tuple[Supervisor, list[float]]:
-    RunRecord(name="cf", run_id="abc", plan=for_launch(resolve("default", []), force=True),  # type: ignore[arg-type]
-              launch=launch_of("default", "/m", run_id="abc"),  # type: ignore[arg-type]
+    RunRecord(name="cf", run_id="abc", plan=for_launch(resolve("default", []), force=True),
+              launch=launch_of("default", "/m", run_id="abc"),
               endpoint="http://127.0.0.1:8000", served_name="smollm2", status="ready").save()
 
     def status(record: RunRecord, runners: object) -> StatusResult:
@@ -39,7 +39,7 @@ def test_a_gone_worker_rank_is_acted_on_without_a_second_probe(monkeypatch: pyte
 
 
 def test_a_failing_health_with_every_rank_alive_is_probed_again_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    unhealthy = ("degraded", [], ["http://127.0.0.1:8000/health does not answer"])
+    unhealthy: tuple[str, list[int], list[str]] = ("degraded", [], ["http://127.0.0.1:8000/health does not answer"])
     sup, slept = _supervisor(monkeypatch, [unhealthy, unhealthy])
     cause = sup.confirmed(sup.check())
     assert cause is not None and "health does not answer" in cause and slept == [5.0]

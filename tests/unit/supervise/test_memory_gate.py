@@ -22,7 +22,7 @@ def _meminfo(available_gib: float) -> str:
 def _supervisor(available: list[float], *sets: str) -> tuple[Supervisor, FakeRunner]:
     plan = for_launch(resolve("default", ["supervise.memory_wait_s=6", "supervise.memory_margin_gib=2", *sets]),
                       force=True)
-    RunRecord(name="gate", run_id="abc", plan=plan, launch=launch_of("default", "/m", run_id="abc"),  # type: ignore[arg-type]
+    RunRecord(name="gate", run_id="abc", plan=plan, launch=launch_of("default", "/m", run_id="abc"),
               endpoint="http://127.0.0.1:8000", served_name="smollm2").save()
     save_state(SupervisorState(name="gate", baseline_mem_available={"localhost": 100 * GIB}))
     figures = iter(available)

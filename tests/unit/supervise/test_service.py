@@ -26,7 +26,7 @@ SECRET = "sk-very-secret-value"
 def _record(*sets: str) -> RunRecord:
     plan = for_launch(resolve("default", list(sets)), force=True)
     launch = launch_of("default", "/models/smol", run_id="abc")
-    return RunRecord(name="chat", run_id="abc", plan=plan, launch=launch, endpoint="http://127.0.0.1:8000",  # type: ignore[arg-type]
+    return RunRecord(name="chat", run_id="abc", plan=plan, launch=launch, endpoint="http://127.0.0.1:8000",
                      served_name="smollm2")
 
 
