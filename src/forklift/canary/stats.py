@@ -49,7 +49,7 @@ class Interval:
         return self.low <= 0.0 <= self.high
 
 
-def ratio_of_sums(numerator: Sequence[float], denominator: Sequence[float]) -> Statistic:
+def ratio_of_sums(numerator: Sequence[float] | Floats, denominator: Sequence[float] | Floats) -> Statistic:
     """sum(numerator) / sum(denominator) over the chosen requests (tokens per second of request time)."""
     num = np.asarray(numerator, dtype=float)
     den = np.asarray(denominator, dtype=float)
@@ -61,7 +61,7 @@ def ratio_of_sums(numerator: Sequence[float], denominator: Sequence[float]) -> S
     return stat
 
 
-def percentile_of(values: Sequence[float], q: float) -> Statistic:
+def percentile_of(values: Sequence[float] | Floats, q: float) -> Statistic:
     """The q-th percentile (linear interpolation, as ``numpy.percentile``) of one value per request."""
     data = np.asarray(values, dtype=float)
 

@@ -30,6 +30,7 @@ vLLM loads a model on one GPU).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,7 +194,7 @@ class Allocator:
 Op = tuple[str, object, int]  # ("alloc", key, nbytes) or ("free", key, 0)
 
 
-def replay_live(ops: list[Op], allocator: Allocator | None = None) -> tuple[Allocator, dict[object, int]]:
+def replay_live(ops: Sequence[Op], allocator: Allocator | None = None) -> tuple[Allocator, dict[object, int]]:
     """Run a program of tensor allocations and frees (keys name the tensors) through the allocator; with it, the
     address of every tensor still live at the end."""
     a = allocator if allocator is not None else Allocator()
@@ -208,6 +209,6 @@ def replay_live(ops: list[Op], allocator: Allocator | None = None) -> tuple[Allo
     return a, live
 
 
-def replay(ops: list[Op], allocator: Allocator | None = None) -> Allocator:
+def replay(ops: Sequence[Op], allocator: Allocator | None = None) -> Allocator:
     """Run a program of tensor allocations and frees (keys name the tensors) through the allocator."""
     return replay_live(ops, allocator)[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from benchmarks import plan_accuracy as pa
@@ -26,7 +26,7 @@ GIB = 1 << 30
 
 def _probe(model: str) -> dict[str, Any]:
     line = next(ln for ln in (PROBES / f"r7-probe-{model}.log").read_text().splitlines() if ln.startswith("PROBE "))
-    return json.loads(line[len("PROBE "):])
+    return cast(dict[str, Any], json.loads(line[len("PROBE "):]))
 
 
 @pytest.mark.parametrize("model", ["llama8b-like", "llama8b-q-awq", "llama8b-q-gptq", "qwen3-8b-q-awq"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from benchmarks import plan_accuracy as pa
@@ -30,7 +30,7 @@ MIB = 1 << 20
 def _probe(model: str, log: str = "r7-probe-{}.log") -> dict[str, Any]:
     text = (PROBES / log.format(model)).read_text()
     line = next(ln for ln in text.splitlines() if ln.startswith("PROBE "))
-    return json.loads(line[len("PROBE "):])
+    return cast(dict[str, Any], json.loads(line[len("PROBE "):]))
 
 
 R10 = {"llama8b-q-awq": "r10-{}-1-llama8b-q-awq", "qwen3-8b-q-awq": "r10-{}-2-qwen3-8b-q-awq",
