@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 import forklift
+from forklift.bench import _Bench
+from forklift.check import _Checks
+from forklift.plan import _Planner
 
 PUBLIC = ["BenchConfig", "BenchResult", "CheckReport", "CheckResult", "Deployment", "Finding", "ForkliftError", "Plan",
           "RankState", "Recipe", "RunDiagnosis", "RunRecord", "Target", "Unplanned", "UpResult", "__version__", "bench",
@@ -28,11 +31,18 @@ def test_import_forklift_loads_nothing_else() -> None:
     assert json.loads(done.stdout) == ["forklift", "forklift.version"]
 
 
+def _planner() -> _Planner:
+    """``forklift.plan``, the package that is also the call (a type checker sees a module, which it cannot call)."""
+    planner = forklift.plan
+    assert isinstance(planner, _Planner)
+    return planner
+
+
 def test_plan_the_default_recipe() -> None:
-    plan = forklift.plan("default")
+    plan = _planner()("default")
     assert isinstance(plan, forklift.Plan) and plan.fits and plan.kv_tokens > 0
-    assert plan.to_json() == forklift.plan("default", []).to_json()
-    smaller = forklift.plan("default", ["serve.max_model_len=1024"])
+    assert plan.to_json() == _planner()("default", []).to_json()
+    smaller = _planner()("default", ["serve.max_model_len=1024"])
     assert smaller.max_model_len == 1024
 
 
@@ -51,14 +61,16 @@ def test_diagnose_a_log_text() -> None:
 
 def test_check_and_bench_name_a_target_they_cannot_reach() -> None:
     target = forklift.Target.from_url("http://127.0.0.1:9", model="m")  # nothing listens on the discard port
+    checks, bench = forklift.check, forklift.bench  # the packages that are also the calls
+    assert isinstance(checks, _Checks) and isinstance(bench, _Bench)
     with pytest.raises(forklift.ForkliftError, match="cannot reach"):
-        forklift.check(target, "quick")
+        checks(target, "quick")
     with pytest.raises(forklift.ForkliftError, match="cannot reach"):
-        forklift.bench(forklift.BenchConfig(concurrency=(1,), input_len=16, output_len=8), target)
+        bench(forklift.BenchConfig(concurrency=(1,), input_len=16, output_len=8), target)
 
 
 def test_up_refuses_a_plan_that_does_not_fit_before_touching_a_node() -> None:
-    tiny = forklift.plan("default", ["serve.cpu_kv_cache_gib=0.001"])  # no room for one 4096-token request
+    tiny = _planner()("default", ["serve.cpu_kv_cache_gib=0.001"])  # no room for one 4096-token request
     assert not tiny.fits
     with pytest.raises(forklift.ForkliftError):
         forklift.up(tiny, name="public-api-test")

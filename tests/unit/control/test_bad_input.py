@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import typer.main as typer_main
+from typer.core import TyperGroup
 from typer.testing import CliRunner
 
 from forklift import recipe as recipes
@@ -111,12 +112,13 @@ def _command_paths() -> list[list[str]]:
     from forklift.cli.main import COMMANDS, app
 
     group = typer_main.get_command(app)
+    assert isinstance(group, TyperGroup)
     ctx = group.make_context("forklift", [], resilient_parsing=True)
     paths: list[list[str]] = []
     for name in COMMANDS:
         cmd = group.get_command(ctx, name)
         paths.append([name])
-        if hasattr(cmd, "list_commands"):  # a group (typer ships its own click)
+        if isinstance(cmd, TyperGroup):
             paths += [[name, sub] for sub in cmd.list_commands(ctx)]
     return paths
 

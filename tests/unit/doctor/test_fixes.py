@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any
 
 import pytest
 import typer
-import typer.core
+from typer import _click  # the click typer ships (pyproject pins typer 0.29, which vendors it)
+from typer.core import TyperGroup
 
 from forklift.cli.main import app
 from forklift.doctor import load_categories, load_rules
@@ -22,25 +22,18 @@ TEXTS += [("engine patch context", "Check it on each node with `forklift patch s
 COMMAND = re.compile(r"`(forklift [^`]+)`")
 
 
-CLICK: Any = typer.core._click  # the click typer carries (vendored in some typer releases)
-
-
-def _root() -> Any:
+def _root() -> TyperGroup:
     cmd = typer.main.get_command(app)
-    assert hasattr(cmd, "get_command")
+    assert isinstance(cmd, TyperGroup)
     return cmd
 
 
-def _is_group(cmd: Any) -> bool:
-    return hasattr(cmd, "get_command") and hasattr(cmd, "list_commands")
-
-
-def resolve(argv: list[str]) -> tuple[Any, list[str]]:
+def resolve(argv: list[str]) -> tuple[_click.Command, list[str]]:
     """The command an argv reaches and the tokens left for it (unknown subcommands raise)."""
-    cmd = _root()
+    cmd: _click.Command = _root()
     rest = argv[1:]
-    while _is_group(cmd) and rest and not rest[0].startswith("-"):
-        sub = cmd.get_command(CLICK.Context(cmd), rest[0])
+    while isinstance(cmd, TyperGroup) and rest and not rest[0].startswith("-"):
+        sub = cmd.get_command(_click.Context(cmd), rest[0])
         if sub is None:
             raise AssertionError(f"no subcommand {rest[0]!r} in `{shlex.join(argv)}`")
         cmd, rest = sub, rest[1:]
@@ -50,8 +43,8 @@ def resolve(argv: list[str]) -> tuple[Any, list[str]]:
 def check_command(text: str) -> None:
     argv = shlex.split(text)
     cmd, rest = resolve(argv)
-    assert not _is_group(cmd), f"`{text}` stops at a group"
-    options = {o for p in cmd.params for o in getattr(p, "opts", []) + getattr(p, "secondary_opts", [])}
+    assert not isinstance(cmd, TyperGroup), f"`{text}` stops at a group"
+    options = {o for p in cmd.params for o in p.opts + p.secondary_opts}
     for tok in rest:
         if tok.startswith("-"):
             assert tok.split("=", 1)[0] in options, f"`{text}`: {cmd.name} has no option {tok}"
@@ -62,7 +55,7 @@ def test_every_forklift_command_in_a_fix_exists(where: str, text: str) -> None:
     for command in COMMAND.findall(text):
         check_command(command)
     loose = re.findall(r"(?<!`)\bforklift (\w[\w-]*)", COMMAND.sub("", text))
-    names = set(_root().list_commands(CLICK.Context(_root())))
+    names = set(_root().list_commands(_click.Context(_root())))
     assert set(loose) <= names, f"{where} names a forklift command that does not exist: {loose}"
 
 
