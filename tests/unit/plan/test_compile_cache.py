@@ -7,6 +7,7 @@ warm start's pool is 60 x 2**20 bytes larger where the dense MLP is the profile'
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from benchmarks import plan_accuracy as pa
 
@@ -24,7 +25,7 @@ CALIBRATION = Path(__file__).resolve().parents[3] / "tests" / "data" / "calibrat
 L2_H200 = 60 * 2**20
 
 
-def _pools(tmp: Path, config: Path, cache: str, **serve: object) -> list[int]:
+def _pools(tmp: Path, config: Path, cache: str, **serve: Any) -> list[int]:
     deployment = deployment_of(recipe_for(tmp, config, **serve))
     ctx = context(deployment, spec_for(deployment.recipe.model), rules.rules_for("0.26.0"), cache)
     return core(ctx).pools

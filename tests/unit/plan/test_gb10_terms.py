@@ -5,6 +5,7 @@ FlashInfer's NVFP4 MoE on SM12x, and the host memory a unified GPU's free-memory
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +59,11 @@ def test_gb10_fp8_kv_graph_estimate_starts_with_the_flashinfer_workspace(tmp_pat
 
 def test_flashinfer_decode_wrappers_cost_more_per_graph_on_unified_memory(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
-    base = dict(tp=2, mnbt=8192, seqs=1024, max_model_len=32768, block=16, dtype_bytes=2,
-                tokens_to_experts=8192, expert_tp=2, capability="12.1", attention="flashinfer")
+    base = terms.Batch(tp=2, mnbt=8192, seqs=1024, max_model_len=32768, block=16, dtype_bytes=2,
+                       tokens_to_experts=8192, expert_tp=2, capability="12.1", attention="flashinfer")
     vr = rules.rules_for("0.26.0")
-    discrete, _ = terms.cudagraph_estimate(spec, vr, terms.Batch(**base, unified=False))
-    unified, graphs = terms.cudagraph_estimate(spec, vr, terms.Batch(**base, unified=True))
+    discrete, _ = terms.cudagraph_estimate(spec, vr, replace(base, unified=False))
+    unified, graphs = terms.cudagraph_estimate(spec, vr, replace(base, unified=True))
     assert graphs == (51, 51)
     # each FULL graph's decode wrapper pins 8 MiB on the host besides its 8 MiB device workspace (first one too)
     assert unified - discrete >= 51 * 8 * MIB
@@ -70,10 +71,9 @@ def test_flashinfer_decode_wrappers_cost_more_per_graph_on_unified_memory(tmp_pa
 
 def test_nvfp4_moe_on_sm12x_uses_flashinfer_cutlass_without_a_persistent_triton_workspace(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
-    common = dict(tp=2, mnbt=8192, seqs=8, max_model_len=65536, block=16, dtype_bytes=2, tokens_to_experts=8192,
-                  expert_tp=2, capability="12.1")
-    triton = terms.Batch(**common)
-    fi = terms.Batch(**common, moe_backend="flashinfer_cutlass")
+    triton = terms.Batch(tp=2, mnbt=8192, seqs=8, max_model_len=65536, block=16, dtype_bytes=2,
+                         tokens_to_experts=8192, expert_tp=2, capability="12.1")
+    fi = replace(triton, moe_backend="flashinfer_cutlass")
     # Triton: workspace13 + workspace2 = M x topk x (max(I, h) + max(2I, h)) bf16, kept by the WorkspaceManager
     assert terms.moe_workspace(spec, triton) == 8192 * 8 * (5120 + 5120) * 2
     # FlashInfer keeps only its (M, h) bf16 output there; its GEMM workspace is per call (~1.3 GiB here)

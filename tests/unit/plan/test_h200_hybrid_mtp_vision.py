@@ -63,7 +63,9 @@ def test_mtp_layer_weights_load_only_with_mtp_speculation(tmp_path: Path) -> Non
     """vLLM's 'Model loading took' grows by the MTP block alone (the drafter's embedding and lm_head are the
     target's): h02 (MTP K=2) - h01 (no speculation), logged to 0.01 GiB."""
     h01, h02 = _by_id("h01"), _by_id("h02")
-    logged = _log(h02).weights_gib - _log(h01).weights_gib
+    w01, w02 = _log(h01).weights_gib, _log(h02).weights_gib
+    assert w01 is not None and w02 is not None
+    logged = w02 - w01
     planned = _plan(h02, tmp_path).ranks[0].weights_gib - _plan(h01, tmp_path).ranks[0].weights_gib
     assert logged > 0.5  # the layer is there: not the '0 MTP layers' of mtp_num_hidden_layers read as absent
     assert abs(planned - logged) <= 0.02

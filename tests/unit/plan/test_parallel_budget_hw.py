@@ -64,8 +64,10 @@ def test_kv_budget_bytes_and_plan(tmp_path: Path) -> None:
     assert fixed.ranks[0].kv_pool_gib == pytest.approx(20.0)
     planned = make(recipe_for(tmp_path, _glm(), max_model_len=16384, kv_cache_memory_bytes="plan"))
     profiled = make(recipe_for(tmp_path, _glm(), max_model_len=16384))
-    assert planned.decisions.kv_cache_memory_bytes == int(profiled.ranks[0].kv_pool_gib * GIB) or \
-        abs(planned.decisions.kv_cache_memory_bytes - profiled.ranks[0].kv_pool_gib * GIB) < 2**21
+    budget = planned.decisions.kv_cache_memory_bytes
+    assert budget is not None
+    pool = profiled.ranks[0].kv_pool_gib * GIB
+    assert budget == int(pool) or abs(budget - pool) < 2**21
     argv = engine_args(planned.deployment.recipe, planned.decisions, "m")
     assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(planned.decisions.kv_cache_memory_bytes)
     assert argv.count("--kv-cache-memory-bytes") == 1

@@ -40,9 +40,10 @@ def test_mtp_kv_is_one_more_layer_of_the_target_on_the_last_stage(tmp_path: Path
 
 
 def test_under_pp_only_the_last_stage_carries_the_draft(tmp_path: Path) -> None:
-    kw = {"hardware": "h200", "nodes": 2, "pp": 2, "max_model_len": 4096}
-    base = make(recipe_for(tmp_path, GLM_MOE, **kw), vllm_version="0.30.0")
-    mtp = make(recipe_for(tmp_path, GLM_MOE, speculative={"method": "mtp"}, **kw), vllm_version="0.30.0")
+    base = make(recipe_for(tmp_path, GLM_MOE, hardware="h200", nodes=2, pp=2, max_model_len=4096),
+                vllm_version="0.30.0")
+    mtp = make(recipe_for(tmp_path, GLM_MOE, hardware="h200", nodes=2, pp=2, max_model_len=4096,
+                          speculative={"method": "mtp"}), vllm_version="0.30.0")
     assert mtp.ranks[0].weights_gib == base.ranks[0].weights_gib
     assert mtp.ranks[0].kv_bytes_per_token == base.ranks[0].kv_bytes_per_token
     extra = (mtp.ranks[1].weights_gib - base.ranks[1].weights_gib) * GIB

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from forklift.plan import Plan, for_launch
-from forklift.recipe.deployment import resolve
+from forklift.recipe.deployment import Deployment, resolve
 from forklift.tune import space
 from forklift.tune.slo import parse
 from forklift.tune.workloads import Request, Workload, synthetic
@@ -90,8 +90,9 @@ def test_the_cpu_grid_runs_calibration_now_picks_two_slots_not_one() -> None:
 def test_candidates_carry_the_predicted_p95s_the_dry_run_shows() -> None:
     """The grid's max_num_seqs=2 on the plan above: TTFT p95 11.49 s, TPOT p95 76.45 ms (worked out in
     test_two_slots_halve_the_wait_and_add_one_stream_of_stalls)."""
-    def patched(dep):  # type: ignore[no-untyped-def]
+    def patched(dep: Deployment) -> Plan:
         p = for_launch(dep)
+        assert isinstance(p, Plan)
         roof = p.roofline.model_copy(update={"decode_tok_s_single": 20.0, "concurrency": 1, "prefill_tok_s": 1300.0})
         return p.model_copy(update={"roofline": roof})
 

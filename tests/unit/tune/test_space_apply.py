@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from forklift.errors import TuneError
-from forklift.recipe.deployment import resolve
+from forklift.recipe.deployment import Deployment, resolve
 from forklift.tune import apply, space
 from forklift.tune.slo import parse
 from forklift.tune.workloads import synthetic
@@ -81,10 +81,11 @@ def test_long_prompts_under_a_tight_tpot_rank_fewer_streams_first() -> None:
     """Every other stream's prefill stalls a request's decode: with ~2.5 s prefills (a slow host) and a TPOT limit
     the defaults' 4 streams cannot meet, the plan puts a max_num_seqs cap first; with a loose TPOT limit the cap
     only adds queueing, and the baseline is predicted best."""
-    from forklift.plan import for_launch
+    from forklift.plan import Plan, for_launch
 
-    def slow(dep):  # type: ignore[no-untyped-def]
+    def slow(dep: Deployment) -> Plan:
         p = for_launch(dep)
+        assert isinstance(p, Plan)
         return p.model_copy(update={"roofline": p.roofline.model_copy(update={"prefill_tok_s": 500.0})})
 
     w = synthetic("summarize", count=16)
@@ -151,8 +152,10 @@ def test_flow_reranks_the_grid_from_the_baselines_first_runs(tmp_path: Path) -> 
                        False, False, tmp_path)
     result = flow.run(req, measurer=Slow())
     assert started[0] == "baseline" and started[1].startswith("max_num_seqs=")
+    assert result.outcome is not None
     assert any(n.startswith("re-ranked after the baseline: measured prefill") for n in result.outcome.notes)
     explicit = flow.run(flow.Request("default", ("summarize",), "tpot_p95=80", 60.0, (), 4, 1.0, 25.0, 1, 2, 0,
                                      False, False, tmp_path / "e", candidates=("serve.max_num_batched_tokens=512",)),
                         measurer=Slow())
+    assert explicit.outcome is not None
     assert not any("re-ranked" in n for n in explicit.outcome.notes)  # named candidates keep their order
