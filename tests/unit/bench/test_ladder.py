@@ -12,7 +12,7 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -40,7 +40,7 @@ CSV_FIELDS = ["model", "test_name", "t_s_mean", "t_s_std", "t_s_req_mean", "t_s_
 
 def read_report(text: str) -> dict[str, Any]:
     """Load a JSON report as llama-benchy's BenchmarkReport model would: required keys present, metrics shaped."""
-    data = json.loads(text)
+    data = cast(dict[str, Any], json.loads(text))
     missing = [k for k in REPORT_REQUIRED if k not in data]
     assert not missing, missing
     for run in data["benchmarks"]:

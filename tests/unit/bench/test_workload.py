@@ -11,13 +11,16 @@ import pytest
 from forklift.bench import BenchConfig
 from forklift.bench.loadgen import _check_fixed_lengths
 from forklift.bench.workload import Prompt, check_lengths, exact_prompt, fixed_length_prompts, load_prompt_file
+from forklift.endpoint.tokens import Messages
 from forklift.errors import BenchError
 
 
 class CharTokenizer:
     """One token per character, with a BOS id 0 when special tokens are asked for; 'ab' merges into one."""
 
-    def encode(self, text: str, *, special: bool) -> list[int]:
+    source = "one token per character"
+
+    def encode(self, text: str, *, special: bool = False) -> list[int]:
         ids: list[int] = [0] if special else []
         i = 0
         while i < len(text):
@@ -31,6 +34,9 @@ class CharTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return "".join("ab" if t == 1000 else chr(t) for t in ids if t != 0)
+
+    def count_chat(self, messages: Messages) -> int:
+        raise AssertionError("the prompt builders count plain prompts, not chats")
 
 
 def test_exact_prompt_survives_merging_tokens() -> None:

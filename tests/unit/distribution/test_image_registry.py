@@ -11,6 +11,7 @@ import pytest
 from forklift import recipe as recipes
 from forklift.distribution.images import ImageOptions, sync_image
 from forklift.errors import TransferError
+from forklift.recipe.schema import Recipe
 from forklift.runner import FakeRunner
 
 IMAGE = "vllm/vllm-openai:v0.26.0"
@@ -32,7 +33,7 @@ def _node(host: str, has: str | None, loads: str | None = DIGEST) -> FakeRunner:
     return fake
 
 
-def _recipe():  # type: ignore[no-untyped-def]
+def _recipe() -> Recipe:
     return recipes.load("default", ["nodes=[{host: a, ssh: root@10.0.0.1}, {host: b, ssh: root@10.0.0.2}, "
                                     "{host: c, ssh: root@10.0.0.3}]"])
 

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from forklift.cli.main import app
 from forklift.doctor import Source, diagnose_sources, scan_bytes, scan_text, to_checks
+from forklift.doctor.findings import Finding, Report
 
 from .conftest import REPO, train_items
 
@@ -46,7 +47,7 @@ def _with_tool_error(*, answered_after: bool) -> str:
     return "".join(lines[:cut]) + TOOL_ERROR + LATER + "".join(lines[cut:])
 
 
-def _active(report):  # type: ignore[no-untyped-def]
+def _active(report: Report) -> list[Finding]:
     return [f for f in report.findings if f.severity != "info" and not f.superseded_by]
 
 

@@ -53,9 +53,11 @@ def test_every_rule_pattern_has_an_anchor_the_screen_can_find_quietly() -> None:
 
 
 def test_anchors_of_alternations_and_optional_parts() -> None:
-    assert anchors(r"No available memory for the cache blocks") == {"no available memory for the cache blocks"}
-    assert anchors(r"(?:RayChannelTimeoutError|Timed out waiting)") == {"raychanneltimeouterror", "timed out waiting"}
-    assert anchors(r"(?:foo)?barbaz") == {"barbaz"}
+    assert anchors(r"No available memory for the cache blocks") == frozenset(
+        {"no available memory for the cache blocks"})
+    assert anchors(r"(?:RayChannelTimeoutError|Timed out waiting)") == frozenset(
+        {"raychanneltimeouterror", "timed out waiting"})
+    assert anchors(r"(?:foo)?barbaz") == frozenset({"barbaz"})
     assert anchors(r"\d+\s+") is None
 
 
@@ -106,7 +108,7 @@ def test_ansi_colour_and_carriage_returns_are_removed() -> None:
 def test_caseless_non_ascii_literals_are_anchors_the_screen_finds() -> None:
     """A CJK phrase has no case, so bytes.lower and str.lower agree on it: it can anchor a rule, and a line that
     holds nothing but it (a report written in Chinese) reaches the rule."""
-    assert anchors("其他节点") == {"其他节点"}
+    assert anchors("其他节点") == frozenset({"其他节点"})
     from forklift.doctor import Source, diagnose_sources
 
     text = "除了主节点，其他节点都报错：\nFileNotFoundError: [Errno 2] No such file or directory: '/data/run/out.log'"

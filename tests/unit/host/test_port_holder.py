@@ -81,7 +81,7 @@ def _recipe(tmp_path: Path, port: int) -> Recipe:
     return two_node_recipe(tmp_path, fake_vllm(tmp_path), port)
 
 
-def _port_failures(recipe: Recipe, runners: Mapping[int, Runner]) -> list[tuple[str, str, str | None]]:
+def _port_failures(recipe: Recipe, runners: Mapping[int, Runner]) -> list[tuple[str | None, str, str | None]]:
     report = run_preflight(recipe, runners, {i: recipe.model.source for i in runners})
     return [(c.host, c.summary, c.fix) for c in report.failures if c.name == "ports"]
 

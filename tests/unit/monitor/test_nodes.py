@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from forklift.errors import HostUnreachableError
 from forklift.monitor import nodes
-from forklift.runner import FakeRunner
+from forklift.node.facts import GUARD_LOG
+from forklift.runner import Completed, FakeRunner
 
 MEMINFO = """\
 MemTotal:       130000000 kB
@@ -38,7 +41,7 @@ def test_a_gpu_node_reads_memory_load_gpus_and_guard_events() -> None:
     assert gb10.memory_used_mib is None and gb10.power_w is None and gb10.temperature_c == 45  # unified memory
     assert s.guard_events == ("2026-12-01 guard dropped caches",)
     argv = runner.calls[0].argv
-    assert argv[-2:] == (nodes.GUARD_LOG, "3")  # the log path travels as an argument, not in the script
+    assert argv[-2:] == (GUARD_LOG, "3")  # the log path travels as an argument, not in the script
 
 
 def test_a_node_without_nvidia_smi_has_no_gpus() -> None:
@@ -48,7 +51,8 @@ def test_a_node_without_nvidia_smi_has_no_gpus() -> None:
 
 def test_unreachable_and_failing_nodes_come_back_with_an_error() -> None:
     class Down(FakeRunner):
-        def run(self, argv, **kw):  # type: ignore[no-untyped-def, override]
+        def run(self, argv: Sequence[str], *, timeout: float | None = None, env: Mapping[str, str] | None = None,
+                input: str | None = None) -> Completed:
             raise HostUnreachableError("spark-b: ssh: connect timed out", host="spark-b")
 
     assert "timed out" in (nodes.sample(Down("spark-b")).error or "")

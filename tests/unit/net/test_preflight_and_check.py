@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from forklift import net
@@ -84,7 +84,7 @@ def test_single_node_has_nothing_to_check() -> None:
     assert preflight.link_checks(one, {0: FakeRunner()}) == []
 
 
-def _program(raw: dict[str, Any], routes: dict[str, str]) -> Any:
+def _program(raw: dict[str, Any], routes: Mapping[str, str | None]) -> Callable[[Sequence[str]], str]:
     """Answer the gather program's runs: facts, then ``ip route get`` for the addresses it is asked for."""
     def answer(argv: Sequence[str]) -> str:
         args = json.loads(argv[-1])

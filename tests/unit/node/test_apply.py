@@ -4,11 +4,10 @@ import base64
 
 import pytest
 
-from forklift.errors import NodeError
+from forklift.errors import NodeError, SudoRequiredError
 from forklift.node import facts as F
 from forklift.node.apply import (
     ApplyPlan,
-    SudoRequiredError,
     execute,
     fstab_with_swap,
     guard_unit_text,

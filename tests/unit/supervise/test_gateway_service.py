@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from forklift.gateway import ops
+from forklift.gateway.keys import gateway_dir
 from forklift.runner.fake import FakeRunner
 from forklift.supervise import gateway_service, service
 
@@ -78,7 +79,7 @@ def test_a_second_watcher_exits_2_and_a_reused_proxy_pid_is_not_adopted(tmp_path
     # after a reboot the recorded pids belong to other programs: the watcher runs, and starts a proxy of its own
     ops.save_state(ops.GatewayState(runs=[], backends=[], host="127.0.0.1", port=18351, litellm="/bin/litellm",
                                     watcher_pid=4242, proxy_pid=5151))
-    (ops.gateway_dir() / "admin.key").write_text("fk-admin-x")
+    (gateway_dir() / "admin.key").write_text("fk-admin-x")
     rebooted = FakeRunner().on(["ps", "-o", "stat="], stdout="S\n").on(["ps", "-ww", "-o", "args="],
                                                                          stdout="/usr/sbin/sshd -D\n")
 
@@ -101,7 +102,7 @@ def test_a_watcher_started_again_takes_over_the_proxy_that_still_serves() -> Non
     state = ops.GatewayState(runs=[], backends=[], host="127.0.0.1", port=18352, litellm="/bin/litellm",
                              watcher_pid=None, proxy_pid=5151)
     ops.save_state(state)
-    proxy_args = f"/bin/litellm --config {ops.gateway_dir() / 'config.yaml'} --port 18352\n"
+    proxy_args = f"/bin/litellm --config {gateway_dir() / 'config.yaml'} --port 18352\n"
     runner = FakeRunner().on(["ps", "-o", "stat="], stdout="S\n").on(["ps", "-ww", "-o", "args="], stdout=proxy_args)
 
     def say(line: str) -> None:
