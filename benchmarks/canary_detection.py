@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -175,8 +175,8 @@ def window(folder: Path, resamples: int) -> dict[str, Any] | None:
 def _run_value(data: dict[str, Any], metric: str) -> float:
     reqs = data["runs"][0]["per_request"]
     if metric == "output_tok_s":
-        return sum(r["output_tokens"] for r in reqs) / sum(r["e2e_ms"] for r in reqs)
-    return statistics.median(r[metric.replace("_p50", "")] for r in reqs)
+        return cast(float, sum(r["output_tokens"] for r in reqs) / sum(r["e2e_ms"] for r in reqs))
+    return cast(float, statistics.median(r[metric.replace("_p50", "")] for r in reqs))
 
 
 def measured_noise(base: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:

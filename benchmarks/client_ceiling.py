@@ -72,7 +72,8 @@ def replay_server(flush_every: int, cores: set[int]) -> Iterator[str]:
             except httpx.HTTPError:
                 time.sleep(0.1)
         else:
-            raise RuntimeError(f"replay server did not start: {proc.stderr.read() if proc.stderr else ''}")
+            said = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            raise RuntimeError(f"replay server did not start: {said}")
         yield url
     finally:
         proc.terminate()

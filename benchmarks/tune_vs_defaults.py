@@ -41,7 +41,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 DATA = Path(__file__).resolve().parent / "data" / "tune"
 OUT = Path("bench-results")
@@ -82,7 +82,7 @@ def run_cpu() -> dict[str, Any]:
 def pooled(datas: list[dict[str, Any]]) -> dict[str, Any]:
     """The first result with every later one's runs added to its trials by candidate name (a candidate new to
     the first is appended); start ids stay distinct, so each start remains its own group."""
-    first = json.loads(json.dumps(datas[0]))
+    first = cast(dict[str, Any], json.loads(json.dumps(datas[0])))
     trials = first["outcome"]["trials"]
     for data in datas[1:]:
         for t in (data.get("outcome") or {}).get("trials") or []:

@@ -68,7 +68,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     first and the modules fill the other worker."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class _ByModuleAndCluster(LoadScopeScheduling):
+    class _ByModuleAndCluster(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no types: its classes are Any
         def _split_scope(self, nodeid: str) -> str:
             return _xdist_scope(nodeid)
 

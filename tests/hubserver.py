@@ -114,11 +114,13 @@ class HubServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server: (host, port)
         return f"http://{host}:{port}"
 
     @property
     def cdn_url(self) -> str:
         host, port = self.cdn.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server: (host, port)
         return f"http://{host}:{port}"
 
     def start(self) -> HubServer:
