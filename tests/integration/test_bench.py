@@ -67,7 +67,8 @@ def test_url_target_with_the_server_tokenizer_and_a_prompt_file(served: Served, 
     run = result.runs[0]
     assert [r.output_tokens for r in run.records] in ([5, 3], [3, 5])
     assert all(r.prompt_tokens == r.server_prompt_tokens for r in run.records)
-    assert run.counters is not None and run.counters.match is True, run.counters.to_json()
+    assert run.counters is not None
+    assert run.counters.match is True, run.counters.to_json()
 
 
 def test_output_len_beyond_max_model_len(served: Served) -> None:

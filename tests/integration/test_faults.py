@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -31,14 +33,14 @@ def _start_up(home: Path, name: str, port: int, *extra: str) -> subprocess.Popen
 
 
 def _record(home: Path, name: str) -> dict[str, object]:
-    return json.loads((home / "runs" / name / "record.json").read_text())
+    return cast(dict[str, object], json.loads((home / "runs" / name / "record.json").read_text()))
 
 
-def _wait_for(what: str, test: object, timeout_s: float = 120) -> None:
+def _wait_for(what: str, test: Callable[[], object], timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if test():  # type: ignore[operator]
+            if test():
                 return
         except (OSError, ValueError, KeyError):
             pass
@@ -49,7 +51,7 @@ def _wait_for(what: str, test: object, timeout_s: float = 120) -> None:
 def _status(home: Path, name: str) -> dict[str, object]:
     res = forklift("status", name, "--json", home=home)
     assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
+    return cast(dict[str, object], json.loads(res.stdout))
 
 
 def test_two_ups_at_once_one_serves_and_a_killed_head_is_not_ready(tmp_path: Path) -> None:

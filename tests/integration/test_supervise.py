@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -62,7 +63,7 @@ class Supervised:
 def _state(s: Supervised) -> dict[str, object]:
     res = forklift("status", NAME, "--json", home=s.home)
     assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)  # type: ignore[no-any-return]
+    return cast(dict[str, object], json.loads(res.stdout))
 
 
 def _hook_events(s: Supervised) -> list[dict[str, object]]:
@@ -71,12 +72,12 @@ def _hook_events(s: Supervised) -> list[dict[str, object]]:
     return [json.loads(line) for line in s.hook_file.read_text().splitlines() if line.strip()]
 
 
-def _record(s: Supervised) -> dict[str, object]:
-    return json.loads((s.home / "runs" / NAME / "record.json").read_text())  # type: ignore[no-any-return]
+def _record(s: Supervised) -> dict[str, Any]:
+    return cast(dict[str, Any], json.loads((s.home / "runs" / NAME / "record.json").read_text()))
 
 
 def _engine_pgid(s: Supervised) -> int:
-    rank = next(r for r in _record(s)["ranks"] if r["role"] == "engine")  # type: ignore[attr-defined, index]
+    rank = next(r for r in _record(s)["ranks"] if r["role"] == "engine")
     return int(rank["pgid"])
 
 
@@ -176,7 +177,7 @@ def test_a_hung_engine_is_restarted_and_serves_again(supervised: Supervised) -> 
     assert isinstance(sup, dict)
     assert sup["state"] == "watching" and sup["running"] and sup["restarts_in_window"] == 1
     assert str(sup["last_cause"]).startswith("hung: /health answers but no token streamed within 30 s"), sup
-    assert sup["last_recovery_s"] and float(sup["last_recovery_s"]) < RECOVERY_BOUND_S  # type: ignore[arg-type]
+    assert sup["last_recovery_s"] and float(sup["last_recovery_s"]) < RECOVERY_BOUND_S
     kinds = [e["kind"] for e in _hook_events(s)]
     assert kinds == ["restart", "recovered"], kinds
     assert Path(str(sup["incident_logs"])).is_dir()  # every rank's log and the node facts were kept
@@ -198,7 +199,7 @@ def test_after_a_simulated_reboot_the_units_command_brings_it_back(supervised: S
     s = supervised
     sup = _state(s)["supervisor"]
     assert isinstance(sup, dict)
-    os.kill(int(sup["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+    os.kill(int(sup["pid"]), signal.SIGKILL)
     t0 = _kill_engine(s)
     assert _state(s)["status"] in ("dead", "degraded")
     # what the unit's ExecStart runs (service.install_plan renders the same argv), detached as systemd would
