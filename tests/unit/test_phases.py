@@ -51,8 +51,8 @@ def test_tail_shows_root_cause_not_the_generic_wrapper() -> None:
 def test_tail_without_traceback_starts_at_first_error() -> None:
     lines = ["INFO starting", "usage: vllm serve [options]", "vllm serve: error: unrecognized arguments: --bogus"]
     assert relevant_tail(lines) == ["vllm serve: error: unrecognized arguments: --bogus"]
-    assert startup_hint(relevant_tail(lines)) is not None
-    assert startup_hint(relevant_tail(lines))[0] == "serve.extra_args"  # type: ignore[index]
+    hint = startup_hint(relevant_tail(lines))
+    assert hint is not None and hint[0] == "serve.extra_args"
 
 
 def test_ansi_and_carriage_returns_are_cleaned() -> None:

@@ -106,5 +106,6 @@ def test_diagnose_run_reads_every_rank_and_the_record(tmp_path: Path) -> None:
     assert isinstance(why, forklift.RunDiagnosis)
     assert why.context.failed_rank == 1 and why.context.phase == "loading weights"
     assert why.report.top is not None and "oom" in why.report.top.category
-    assert why.top_line() is not None and why.report.top.title in why.top_line()  # type: ignore[operator]
+    top_line = why.top_line()
+    assert top_line is not None and why.report.top.title in top_line
     assert any(label.endswith("rank 1 log") for label in (s.label for s in why.sources))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,6 +106,6 @@ def test_lengths_beyond_max_model_len_are_refused() -> None:
     ({"rate": 0.0}, "--rate"),
     ({"output_len": 0}, "--output-len 0"),
 ])
-def test_config_validation(kwargs: dict[str, object], message: str) -> None:
+def test_config_validation(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(BenchError, match=message):
-        BenchConfig(**kwargs).validate()  # type: ignore[arg-type]
+        BenchConfig(**kwargs).validate()

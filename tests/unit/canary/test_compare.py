@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
@@ -11,8 +12,8 @@ from forklift.errors import CompareError
 from tests.unit.canary.samples import bench_json, check_json
 
 
-def _bench(seed: int, **kw: object) -> canary.Bench:
-    saved = canary.from_json(bench_json(seed, **kw), f"run{seed}")  # type: ignore[arg-type]
+def _bench(seed: int, **kw: Any) -> canary.Bench:
+    saved = canary.from_json(bench_json(seed, **kw), f"run{seed}")
     assert isinstance(saved, canary.Bench)
     return saved
 
@@ -28,8 +29,8 @@ def _bench(seed: int, **kw: object) -> canary.Bench:
     (-0.10, 0.20, "lower", "inconclusive", "noise 15% exceeds"),
     (-0.30, 0.04, "lower", "ok", "no significant change"),  # only better changes beyond the threshold are open
 ])
-def test_judge(low: float, high: float, better: str, verdict: str, words: str) -> None:
-    got, note = canary.judge(Interval((low + high) / 2, low, high, 0.95), better, 0.05)  # type: ignore[arg-type]
+def test_judge(low: float, high: float, better: Literal["higher", "lower"], verdict: str, words: str) -> None:
+    got, note = canary.judge(Interval((low + high) / 2, low, high, 0.95), better, 0.05)
     assert got == verdict and words in note
 
 

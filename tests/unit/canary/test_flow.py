@@ -142,8 +142,9 @@ def test_a_candidate_failing_a_check_is_broken_and_not_benched(baseline: RunReco
     assert out.verdict == "broken" and "completion" in out.reason
     assert ops.calls.count(("bench", "base")) == 1 and ops.calls[0] == ("bench", "base")  # the baseline's only
     assert out.restored is not None and out.restored["ok"]
-    assert runfiles.latest_check("base") is not None
-    latest = json.loads(runfiles.latest_check("base").read_text())  # type: ignore[union-attr]
+    saved = runfiles.latest_check("base")
+    assert saved is not None
+    latest = json.loads(saved.read_text())
     assert latest["passed"] is True  # the candidate's failing report was not saved as the run's
 
 

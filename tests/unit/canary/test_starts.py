@@ -3,6 +3,8 @@ start-to-start and run-to-run noise of the size measured on vLLM-CPU (fixed seed
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -13,8 +15,8 @@ from tests.unit.canary.samples import bench_json, side_json
 TRIALS = 20
 
 
-def _side(seed: int, **kw: object) -> list[canary.Saved]:
-    return [canary.from_json(d, f"s{seed}-{k}") for k, d in enumerate(side_json(seed, **kw))]  # type: ignore[arg-type]
+def _side(seed: int, **kw: Any) -> list[canary.Saved]:
+    return [canary.from_json(d, f"s{seed}-{k}") for k, d in enumerate(side_json(seed, **kw))]
 
 
 def _verdicts(starts: int, dilation: float, runs: int = 1) -> list[str]:

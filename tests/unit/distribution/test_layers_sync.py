@@ -7,6 +7,7 @@ from forklift.distribution.modelfiles import needed_files
 from forklift.distribution.sync import plan_sync, sync
 from forklift.distribution.transfer import rsync_argv
 from forklift.plan.layout import node_layer_ranges, pp_indices, pp_partition
+from forklift.recipe.schema import Recipe
 from forklift.runner import LocalRunner
 from forklift.runner.ssh import SshRunner
 from tests.unit.cluster.fakes import tiny_model
@@ -26,7 +27,7 @@ def test_node_layer_ranges_with_tp_inside_nodes() -> None:
     assert node_layer_ranges(8, nnodes=1, tp=1, pp=2) == [[(0, 4), (4, 8)]]
 
 
-def _recipe(model: Path, dest: Path):  # type: ignore[no-untyped-def]
+def _recipe(model: Path, dest: Path) -> Recipe:
     return recipes.load("default", [f"model.source={model}",
                                     f"nodes=[{{host: localhost}}, {{host: 127.0.0.1, model_path: {dest}}}]",
                                     "parallel.pp=2"])

@@ -100,6 +100,7 @@ def test_the_run_context_comes_from_the_record() -> None:
         recipe=recipe, error="rank 1 on spark-b exited during startup (phase: loading weights)", status="failed",
         pins=SimpleNamespace(patches=[SimpleNamespace(id="kv-scale-loader-args")]), patches=[],
         planned=SimpleNamespace(fits=False, ranks=[rank]), plan=SimpleNamespace(kind="plan"), vllm_version="0.26.0")
+    # a stand-in with only the fields context_of reads (a real record needs a plan this model cannot get)
     ctx = context_of(record, {"spark-b": (2 << 30, 128 << 30)})  # type: ignore[arg-type]
     assert (ctx.failed_rank, ctx.failed_host, ctx.phase) == (1, "spark-b", "loading weights")
     assert ctx.plan_fits is False and ctx.kv_margin_gib == -1.31

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from forklift.doctor import Context, Source, diagnose, diagnose_sources, scan_bytes, scan_text, to_checks
+from forklift.doctor.findings import Report
 
 from .conftest import DATA
 
@@ -12,12 +16,12 @@ EX = DATA / "excerpts"
 HEALTHY = sorted(EX.glob("calib-*-healthy.log"))
 
 
-def _report(text: str, ctx: Context | None = None, **kw: object):  # type: ignore[no-untyped-def]
-    return diagnose_sources([Source("t", scan_text([text]))], ctx, **kw)  # type: ignore[arg-type]
+def _report(text: str, ctx: Context | None = None, **kw: Any) -> Report:
+    return diagnose_sources([Source("t", scan_text([text]))], ctx, **kw)
 
 
 @pytest.mark.parametrize("path", HEALTHY, ids=lambda p: p.name)
-def test_healthy_logs_give_no_finding(path) -> None:  # type: ignore[no-untyped-def]
+def test_healthy_logs_give_no_finding(path: Path) -> None:
     report = diagnose_sources([Source(path.name, scan_bytes(path.read_bytes(), path.name))])
     assert report.findings == []
     checks = to_checks(report)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from forklift.doctor import Matcher, Rule, diagnose, kv_advice, scan_text, version_applies
+from forklift.doctor.findings import Finding
 
 from .conftest import DATA
 
@@ -16,7 +17,7 @@ def _lines(name: str) -> list[str]:
     return (EX / f"{name}.log").read_text(errors="replace").splitlines()
 
 
-def _rules(lines: list[str], vllm_version: str | None = None) -> list:  # type: ignore[type-arg]
+def _rules(lines: list[str], vllm_version: str | None = None) -> list[Finding]:
     from forklift.doctor.match import default_matcher
 
     return default_matcher().run(scan_text(lines).lines, vllm_version=vllm_version)

@@ -9,6 +9,7 @@ import pytest
 
 from forklift.doctor import scan_bytes, scan_stream, scan_text
 from forklift.doctor.anchors import anchors, quiet
+from forklift.doctor.findings import Line
 from forklift.doctor.lines import MAX_LINE
 from forklift.doctor.match import default_matcher
 from forklift.doctor.scan import looks_binary
@@ -19,7 +20,7 @@ from .conftest import DATA, excerpts, train_items
 TEXTS = [(i.stem, i.text) for i in train_items()] + [(e.name, e.log.read_text(errors="replace")) for e in excerpts()]
 
 
-def _rules(lines: list) -> set[str]:  # type: ignore[type-arg]
+def _rules(lines: list[Line]) -> set[str]:
     return {f.rule for f in default_matcher().run(lines)}
 
 

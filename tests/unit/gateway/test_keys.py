@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from forklift import gateway
 from forklift.errors import GatewayError, GatewayKeyError
 from forklift.gateway.config import Backend, litellm_config
+from forklift.runner import FakeRunner
 
 pytestmark = pytest.mark.unit
 
@@ -91,15 +93,16 @@ def test_gateway_up_leaves_the_pids_the_watcher_wrote(monkeypatch: pytest.Monkey
     waited: list[int | None] = []
     monkeypatch.setattr(ops, "_wait_ready", lambda state, admin, timeout_s, runner: waited.append(state.watcher_pid))
 
-    class WatcherRunner:
-        def spawn(self, argv: list[str], **_: object) -> Spawned:
-            assert argv[-2:] == ["gateway", "serve"]
+    class WatcherRunner(FakeRunner):
+        def spawn(self, argv: Sequence[str], *, log_path: str, env: Mapping[str, str] | None = None,
+                  cwd: str | None = None, secret_env: Mapping[str, str] | None = None) -> Spawned:
+            assert list(argv[-2:]) == ["gateway", "serve"]
             state = ops.load_state()  # what `gateway serve` does first: its own pid, then the proxy's
             state.watcher_pid, state.proxy_pid = 4101, 4102
             ops.save_state(state)
             return Spawned("localhost", 4101, "watcher.log")
 
-    state = ops.up(["r1"], port=0, runner=WatcherRunner())  # type: ignore[arg-type]
+    state = ops.up(["r1"], port=0, runner=WatcherRunner("localhost"))
     assert waited == [4101]
     assert (state.watcher_pid, state.proxy_pid) == (4101, 4102)
     assert json.loads(ops.state_path().read_text())["proxy_pid"] == 4102

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
@@ -34,8 +36,8 @@ def test_parsers_of_the_stack_facts() -> None:
         {"rocep1s0f0": "28.45.4028"}
 
 
-def _facts(host: str, **kw: object) -> HostFacts:
-    return HostFacts(host=host, **kw)  # type: ignore[arg-type]
+def _facts(host: str, **kw: Any) -> HostFacts:
+    return HostFacts(host=host, **kw)
 
 
 def test_stack_of_keeps_what_was_read_in_order() -> None:

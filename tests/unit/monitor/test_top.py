@@ -73,7 +73,8 @@ def test_the_window_keeps_the_last_minute() -> None:
     with _monitor(Server(list(PAGES)), now, window_s=60) as mon:
         assert mon.tick().runs[0].window is None  # one page: no rate yet
         now[0] = 50.0
-        assert mon.tick().runs[0].window.seconds == 50  # type: ignore[union-attr]
+        window = mon.tick().runs[0].window
+        assert window is not None and window.seconds == 50
         now[0] = 130.0
         w = mon.tick().runs[0].window
     assert w is not None and w.seconds == 80  # from the newest page at least 60 s old (t=50), not t=0

@@ -117,8 +117,9 @@ def test_ip_json() -> None:
 
 def test_nccl_version_codes() -> None:
     # nccl-tests header on 2x GB10 (dgx-spark-playbooks PR#103): "nccl-library=23102"
-    code = int(re.search(r"nccl-library=(\d+)", read("gb10-playbooks-pr103-all_reduce_perf-mtu9000.TRUNCATED.txt"))
-               .group(1))  # type: ignore[union-attr]
+    found = re.search(r"nccl-library=(\d+)", read("gb10-playbooks-pr103-all_reduce_perf-mtu9000.TRUNCATED.txt"))
+    assert found is not None
+    code = int(found.group(1))
     assert parse.nccl_version(code) == "2.31.2"
     assert parse.nccl_version(2708) == "2.7.8"  # before 2.9: major*1000 + minor*100 + patch (nccl.h)
     assert parse.version_tuple("2.21.5") > parse.version_tuple("2.19.3")

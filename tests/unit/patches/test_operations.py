@@ -17,7 +17,7 @@ from forklift import patches
 from forklift.errors import PatchError
 from forklift.patches import core
 from forklift.patches.operations import RunnerTree
-from forklift.runner import Completed
+from forklift.runner import Completed, Spawned
 
 KV = '''import torch
 
@@ -305,7 +305,8 @@ class InProcessRunner:
             rc = core._program(argv[3:])
         return Completed(self.host, tuple(argv), rc, out.getvalue(), "")
 
-    def spawn(self, *a: object, **k: object) -> object:
+    def spawn(self, argv: Sequence[str], *, log_path: str, env: Mapping[str, str] | None = None,
+              cwd: str | None = None, secret_env: Mapping[str, str] | None = None) -> Spawned:
         raise NotImplementedError
 
 
@@ -326,7 +327,7 @@ def test_runner_tree_round_trip_through_argv_only(tmp_path: Path, monkeypatch: p
     before = snapshot(root)
     monkeypatch.setenv("FORKLIFT_VLLM_DIR", str(root))
     runner = InProcessRunner()
-    tree = patches.open_tree(runner, "/opt/venv/bin/python")  # type: ignore[arg-type]
+    tree = patches.open_tree(runner, "/opt/venv/bin/python")
     assert isinstance(tree, RunnerTree)
     assert tree.version == "0.32.0" and tree.label == f"node1:{root}"
     [done] = patches.apply(tree, [make_patch()])
@@ -343,13 +344,13 @@ def test_runner_tree_round_trip_through_argv_only(tmp_path: Path, monkeypatch: p
 def test_apply_for_recipe_returns_record_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = make_tree(tmp_path, version="0.32.0")
     monkeypatch.setenv("FORKLIFT_VLLM_DIR", str(root))
-    done = patches.apply_for_recipe(InProcessRunner(), "python3", ["kv-scale-loader-args"])  # type: ignore[arg-type]
+    done = patches.apply_for_recipe(InProcessRunner(), "python3", ["kv-scale-loader-args"])
     [entry] = done
     rec = entry.to_json()
     assert rec["id"] == "kv-scale-loader-args" and rec["vllm_version"] == "0.32.0" and rec["action"] == "applied"
     assert rec["files"][0]["original_sha256"] != rec["files"][0]["patched_sha256"]
     json.dumps(rec)
-    assert patches.apply_for_recipe(InProcessRunner(), "python3", []) == []  # type: ignore[arg-type]
+    assert patches.apply_for_recipe(InProcessRunner(), "python3", []) == []
 
 
 def test_record_is_kept_beside_vllm(tmp_path: Path) -> None:

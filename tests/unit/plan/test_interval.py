@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from benchmarks import plan_accuracy as pa
 
-from forklift.plan import make
+from forklift.plan import Plan, make
 from forklift.plan.calibrate import parse_log
 from tests.helpers import forklift
 
@@ -27,7 +26,7 @@ VERIFIED = DATA["verified"][0]
 POINTS = [(p, log, v) for p, log, v in pa.points() if log is not None]
 
 
-def _bands(plan: Any) -> dict[str, float]:
+def _bands(plan: Plan) -> dict[str, float]:
     assert plan.interval is not None
     return {b.term: b.band_gib for b in plan.interval.terms}
 
@@ -47,9 +46,10 @@ def test_a_verified_plan_adds_each_terms_held_out_error(tmp_path: Path) -> None:
                 "activation": VERIFIED["activation"]["dense"] * r.activation_gib + 0.005,
                 "non_torch": VERIFIED["non_torch"]["single"] + 0.005}
     assert _bands(plan) == pytest.approx(expected, abs=2e-3)  # each band rounded to 0.001 GiB
-    assert {b.basis for b in plan.interval.terms} == {"verified"}  # type: ignore[union-attr]
+    assert plan.interval is not None
+    assert {b.basis for b in plan.interval.terms} == {"verified"}
     below = sum(expected.values())
-    lo, hi = plan.interval.kv_pool_gib  # type: ignore[union-attr]
+    lo, hi = plan.interval.kv_pool_gib
     assert lo == pytest.approx(r.kv_pool_gib - below, abs=3e-3)
     assert hi == pytest.approx(r.kv_pool_gib + below + 60 / 1024, abs=3e-3)  # a warm restart: + the H200's L2
     assert plan.uncertainty_gib == pytest.approx(below, abs=3e-3)
@@ -67,16 +67,19 @@ def test_a_release_or_gpu_family_without_grid_points_is_unverified_and_wider(tmp
     if r.cudagraph_subtracted:
         expected["cudagraph"] = wide["cudagraph"] * r.cudagraph_gib
     assert _bands(plan) == pytest.approx(expected, abs=2e-3)
-    assert {b.basis for b in plan.interval.terms} == {"unverified"}  # type: ignore[union-attr]
+    assert plan.interval is not None
+    assert {b.basis for b in plan.interval.terms} == {"unverified"}
     verified = make(recipe_for(tmp_path, AWQ, max_model_len=8192, gpu_memory_utilization=0.05))
-    assert plan.uncertainty_gib > verified.uncertainty_gib  # type: ignore[operator]
+    assert plan.uncertainty_gib is not None and verified.uncertainty_gib is not None
+    assert plan.uncertainty_gib > verified.uncertainty_gib
 
 
 def test_the_verdict_is_decided_only_outside_the_interval(tmp_path: Path) -> None:
     seen = set()
     for util in [0.040 + 0.001 * i for i in range(15)]:
         plan = make(recipe_for(tmp_path, AWQ, max_model_len=8192, gpu_memory_utilization=round(util, 3)))
-        lo, hi = plan.interval.margin_gib  # type: ignore[union-attr]
+        assert plan.interval is not None
+        lo, hi = plan.interval.margin_gib
         seen.add(plan.verdict)
         if plan.verdict == "fits":
             assert lo > 0 and plan.fits

@@ -74,7 +74,9 @@ def test_advice_ladder_when_it_does_not_fit() -> None:
 def test_calibration_from_a_log_replaces_the_estimates(tmp_path: Path) -> None:
     log = CAL / "h200-glm45air16L-bf16.log"
     text = log.read_text()
-    activation = float(re.search(r"([0-9.]+) GiB for peak activation", text).group(1))  # type: ignore[union-attr]
+    logged = re.search(r"([0-9.]+) GiB for peak activation", text)
+    assert logged is not None
+    activation = float(logged.group(1))
     recipe = recipe_for(tmp_path, CAL / "glm45air-16L-like.config.json", hardware="h200",
                         max_model_len=16384, gpu_memory_utilization=0.9)
     before = make(recipe, vllm_version="0.26.0")

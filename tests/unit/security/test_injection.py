@@ -183,7 +183,8 @@ def test_node_hosts_are_names_and_reach_ssh_only_as_a_destination(host: str) -> 
             runner = runner_for(node)
         except SshTargetError:
             return  # a name recipes accept that ssh could not take as given: refused before any ssh runs
-        assert runner.base_argv()[-2:] == ["--", node.host]  # type: ignore[attr-defined]
+        assert isinstance(runner, SshRunner)
+        assert runner.base_argv()[-2:] == ["--", node.host]
 
 
 @FUZZ

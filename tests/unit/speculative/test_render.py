@@ -9,11 +9,12 @@ from pydantic import ValidationError
 
 from forklift import recipe as recipes
 from forklift.recipe.schema import Serve
+from forklift.recipe.speculative import SpeculativeConfig
 from forklift.speculative.render import config_dict, config_json, flags
 from tests.helpers import launch_of
 
 
-def _spec(cfg: dict[str, object]):  # type: ignore[no-untyped-def]
+def _spec(cfg: dict[str, object]) -> SpeculativeConfig:
     spec = Serve(speculative=cfg).speculative
     assert spec is not None
     return spec

@@ -9,6 +9,7 @@ import pytest
 
 from forklift.plan import make
 from forklift.recipe.schema import Serve
+from forklift.recipe.speculative import SpeculativeConfig
 from forklift.speculative import sizing
 from tests.unit.plan.conftest import recipe_for
 
@@ -23,7 +24,7 @@ DENSE = {"architectures": ["LlamaForCausalLM"], "hidden_size": 1024, "num_hidden
          "vocab_size": 32000, "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}
 
 
-def _spec(cfg: dict[str, object]):  # type: ignore[no-untyped-def]
+def _spec(cfg: dict[str, object]) -> SpeculativeConfig:
     spec = Serve(speculative=cfg).speculative
     assert spec is not None
     return spec

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,9 +19,9 @@ from forklift.supervise import gateway_service, service
 pytestmark = pytest.mark.unit
 
 
-def _plan(**kw: object) -> service.ServicePlan:
+def _plan(**kw: Any) -> service.ServicePlan:
     return gateway_service.install_plan(port=18350, url="https://gw.office:18350", watcher_argv=ops.watcher_argv(
-        sys.executable), user="root", **kw)  # type: ignore[arg-type]
+        sys.executable), user="root", **kw)
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,10 +87,10 @@ def test_written_jsonl_loads_in_bench(tmp_path: Path) -> None:
 def test_bad_input_is_refused_before_anything_starts(tmp_path: Path) -> None:
     from forklift.tune import flow
 
-    def req(**kw: object) -> flow.Request:
-        base: dict[str, object] = {"recipe": "default", "workloads": ("chat",), "slo": "tpot_p95=50",
+    def req(**kw: Any) -> flow.Request:
+        base: dict[str, Any] = {"recipe": "default", "workloads": ("chat",), "slo": "tpot_p95=50",
                                    "budget_min": 5.0, "out_dir": tmp_path / "out"}
-        return flow.Request(**(base | kw))  # type: ignore[arg-type]
+        return flow.Request(**(base | kw))
 
     for bad, match in ((req(prior_noise=9.0), "prior-noise"), (req(budget_min=0.5), "too short"),
                        (req(candidates=("max_num_seqs=4",)), "not serve.KEY=VALUE"),

@@ -10,7 +10,7 @@ from forklift.errors import TuneError
 from forklift.recipe.deployment import Deployment, resolve
 from forklift.tune import apply, space
 from forklift.tune.slo import parse
-from forklift.tune.workloads import synthetic
+from forklift.tune.workloads import Workload, synthetic
 
 SLO = parse("ttft_p95=3000,tpot_p95=100")
 
@@ -30,11 +30,11 @@ def test_default_recipe_candidates_are_local_and_fit() -> None:
 
 
 def test_plan_refusal_prunes_with_the_reason() -> None:
-    from forklift.plan import for_launch
+    from forklift.plan import Plan, Unplanned, for_launch
 
     calls: list[list[str]] = []
 
-    def plan_fn(dep):  # type: ignore[no-untyped-def]
+    def plan_fn(dep: Deployment) -> Plan | Unplanned:
         calls.append(dep.overrides)
         if any("max_num_batched_tokens=256" in s for s in dep.overrides):
             from forklift.errors import PlanError
@@ -141,7 +141,7 @@ def test_flow_reranks_the_grid_from_the_baselines_first_runs(tmp_path: Path) -> 
             started.append(c.name)
             return c.name
 
-        def bench(self, c: space.Candidate, w, start: str) -> RunSample:  # type: ignore[no-untyped-def]
+        def bench(self, c: space.Candidate, w: Workload, start: str) -> RunSample:
             return RunSample(c.name, w.name, start, 0.2, 20.0, 25.0, 5, 5, 0, True,
                              {"ttft_p50": 2500.0, "tpot_p50": 130.0})
 
