@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 
@@ -62,12 +63,12 @@ def main(n: int = 50) -> dict[str, object]:
     env.setdefault("FORKLIFT_CACHE", str(Path.home() / ".cache" / "forklift"))
     cli = [sys.executable, "-m", "forklift.cli.main"]
 
-    def run(*args: str) -> dict[str, object]:
+    def run(*args: str) -> dict[str, Any]:
         res = subprocess.run([*cli, *args, "--json"], env=env, capture_output=True, text=True,  # noqa: S603
                              check=False, timeout=1500)
         if res.returncode != 0:
             raise RuntimeError(f"forklift {' '.join(args)} failed: {res.stderr[-800:]}")
-        return json.loads(res.stdout)  # type: ignore[no-any-return]
+        return cast(dict[str, Any], json.loads(res.stdout))
 
     port, gw_port = _free_port(), _free_port()
     try:

@@ -129,8 +129,8 @@ def ratios(data: dict[str, Any]) -> dict[str, Any]:
             continue
         noise = evidence.noise_for([g for gs in groups.values() for g in gs])
         levels = {n: evidence.level(g, prior_sd=noise) for n, g in groups.items()}
-        others = [n for n in groups if n != base and levels[n] is not None]
-        best = max(others, key=lambda n: levels[n].value) if others else None  # type: ignore[union-attr]
+        others = {n: lv for n, lv in levels.items() if n != base and lv is not None}
+        best = max(others, key=lambda n: others[n].value) if others else None
         row: dict[str, Any] = {"winner": (outcome.get("winner") or {}).get(w), "baseline_starts": len(groups[base]),
                                "noise_per_run": round(noise, 3)}
         if best is not None:

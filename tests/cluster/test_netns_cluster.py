@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,7 +155,7 @@ def _chat(net: NetCluster, prompt: str, host: str = "10.231.0.1", api_key: str =
 class Deployment:
     """The module's one pp=2 deployment (two ranks on two cores: the tests below share it)."""
 
-    info: dict[str, object]
+    info: dict[str, Any]
     supervisor: subprocess.Popen[bytes] | None = None
     on_head: bool = False
     """Whether a supervisor was started on node-a through its own forklift (`supervise --detach`)."""
@@ -177,7 +178,7 @@ def pp2(net: NetCluster) -> Iterator[Deployment]:
 
 @pytest.mark.timeout(3600)
 def test_pp2_across_two_nodes_answers(net: NetCluster, pp2: Deployment) -> None:
-    assert {r["host"] for r in pp2.info["ranks"]} == {"node-a", "node-b"}  # type: ignore[attr-defined]
+    assert {r["host"] for r in pp2.info["ranks"]} == {"node-a", "node-b"}
     record = json.loads((net.tmp / "home" / "runs" / "pp2" / "record.json").read_text())
     # the patch went into the venv both nodes run (a copy: the suite's own venv stays as installed)
     assert {(p["id"], p["host"]) for p in record["patches"]} >= {("cpu-pp-eager-buffers", "node-a")}
@@ -224,7 +225,7 @@ def test_a_supervisor_here_watches_both_ranks_over_ssh(net: NetCluster, pp2: Dep
     assert "probing again" not in (net.tmp / "supervisor.out").read_text(errors="replace")
 
 
-def _head_file(net: NetCluster, name: str) -> dict[str, object]:
+def _head_file(net: NetCluster, name: str) -> dict[str, Any]:
     data = json.loads((net.tmp / HEAD_HOME / "runs" / "pp2" / name).read_text())
     assert isinstance(data, dict)
     return data
@@ -246,7 +247,7 @@ def test_a_supervisor_on_the_remote_head_restarts_it_and_status_here_reads_it(ne
     if pp2.supervisor is not None:  # the foreground one of the test above: one supervisor per run, so it stopped
         pp2.supervisor.wait(60)
     head_record = _head_file(net, "record.json")
-    node0 = head_record["plan"]["deployment"]["recipe"]["nodes"][0]  # type: ignore[index]
+    node0 = head_record["plan"]["deployment"]["recipe"]["nodes"][0]
     assert node0["host"] == "localhost" and node0["ssh"] is None and node0["data_ip"] == "10.231.0.1"
     out = net.tmp / HEAD_HOME / "runs" / "pp2" / "supervisor.out"
     deadline = time.monotonic() + 120

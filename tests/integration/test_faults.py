@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -32,8 +32,8 @@ def _start_up(home: Path, name: str, port: int, *extra: str) -> subprocess.Popen
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
 
 
-def _record(home: Path, name: str) -> dict[str, object]:
-    return cast(dict[str, object], json.loads((home / "runs" / name / "record.json").read_text()))
+def _record(home: Path, name: str) -> dict[str, Any]:
+    return cast(dict[str, Any], json.loads((home / "runs" / name / "record.json").read_text()))
 
 
 def _wait_for(what: str, test: Callable[[], object], timeout_s: float = 120) -> None:
@@ -48,10 +48,10 @@ def _wait_for(what: str, test: Callable[[], object], timeout_s: float = 120) -> 
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _status(home: Path, name: str) -> dict[str, object]:
+def _status(home: Path, name: str) -> dict[str, Any]:
     res = forklift("status", name, "--json", home=home)
     assert res.returncode == 0, res.stderr
-    return cast(dict[str, object], json.loads(res.stdout))
+    return cast(dict[str, Any], json.loads(res.stdout))
 
 
 def test_two_ups_at_once_one_serves_and_a_killed_head_is_not_ready(tmp_path: Path) -> None:
@@ -64,7 +64,7 @@ def test_two_ups_at_once_one_serves_and_a_killed_head_is_not_ready(tmp_path: Pat
     assert "RunAlreadyRunningError" in second.stderr and "in progress" in second.stderr
     out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err
-    head = _record(home, "race")["ranks"][0]  # type: ignore[index]
+    head = _record(home, "race")["ranks"][0]
     assert _status(home, "race")["status"] == "ready"
     assert head["pid"] in _pgid_members(head["pgid"]) and not _port_free(port)
 
@@ -72,7 +72,7 @@ def test_two_ups_at_once_one_serves_and_a_killed_head_is_not_ready(tmp_path: Pat
     _wait_for("the head to be gone", lambda: head["pid"] not in _pgid_members(head["pgid"]), 30)
     after = _status(home, "race")
     assert after["status"] in ("degraded", "dead"), after
-    assert f"pid {head['pid']} is gone" in " ".join(after["problems"])  # type: ignore[arg-type]
+    assert f"pid {head['pid']} is gone" in " ".join(after["problems"])
     assert "forklift down race" in str(after["fix"])
 
     down = forklift("down", "race", "--json", home=home)
@@ -88,7 +88,7 @@ def test_a_signal_to_up_while_it_waits_stops_the_run(tmp_path: Path, sig: signal
     home, port = tmp_path / "home", free_port()
     up = _start_up(home, "sig", port)
     _wait_for("the head rank to start", lambda: _record(home, "sig")["ranks"])
-    pgid = _record(home, "sig")["ranks"][0]["pgid"]  # type: ignore[index]
+    pgid = _record(home, "sig")["ranks"][0]["pgid"]
     up.send_signal(sig)
     up.communicate(timeout=120)
     assert up.returncode == (143 if sig == signal.SIGTERM else 130)
@@ -102,12 +102,12 @@ def test_sigkill_to_up_leaves_an_orphaned_run_that_status_names_and_down_stops(t
     home, port = tmp_path / "home", free_port()
     up = _start_up(home, "orphan", port)
     _wait_for("the head rank to start", lambda: _record(home, "orphan")["ranks"])
-    pgid = _record(home, "orphan")["ranks"][0]["pgid"]  # type: ignore[index]
+    pgid = _record(home, "orphan")["ranks"][0]["pgid"]
     up.kill()
     up.communicate(timeout=30)
     state = _status(home, "orphan")
     assert state["status"] == "orphaned", state
-    assert "the `up` that started it is gone" in " ".join(state["problems"])  # type: ignore[arg-type]
+    assert "the `up` that started it is gone" in " ".join(state["problems"])
     assert forklift("down", "orphan", home=home).returncode == 0
     assert _pgid_members(pgid) == [] and _port_free(port)
 
@@ -121,7 +121,7 @@ def test_a_healthy_server_that_refuses_every_request_fails_fast_with_its_words(t
     assert "not ready after" not in res.stderr
     record = _record(home, "refused")
     assert record["status"] == "failed"
-    assert _pgid_members(record["ranks"][0]["pgid"]) == [] and _port_free(port)  # type: ignore[index]
+    assert _pgid_members(record["ranks"][0]["pgid"]) == [] and _port_free(port)
 
 
 def _fake_rank(tmp_path: Path) -> subprocess.Popen[bytes]:
@@ -184,7 +184,7 @@ def test_a_run_log_holds_one_start_only(tmp_path: Path) -> None:
         res = forklift("up", "default", "--name", "twice", "--set", f"serve.port={free_port()}",
                        "--set", f"serve.extra_args=[{flag}]", home=home)
         assert res.returncode != 0
-    log = Path(_record(home, "twice")["ranks"][0]["log_path"]).read_text()  # type: ignore[index]
+    log = Path(_record(home, "twice")["ranks"][0]["log_path"]).read_text()
     assert "second-bad-flag" in log and "first-bad-flag" not in log
     previous = (home / "runs" / "twice" / "previous").glob("*.log")
     assert any("first-bad-flag" in p.read_text() for p in previous)

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -114,7 +115,7 @@ def prometheus(served: Served, tmp_path: Path) -> Iterator[tuple[str, Path]]:
 def test_a_real_prometheus_scrapes_the_run_and_loads_the_rules(prometheus: tuple[str, Path],
                                                                served: Served) -> None:
     url, log = prometheus
-    targets: list[dict[str, object]] = []
+    targets: list[dict[str, Any]] = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -125,7 +126,7 @@ def test_a_real_prometheus_scrapes_the_run_and_loads_the_rules(prometheus: tuple
             break
         time.sleep(1)
     assert targets, log.read_text()[-2000:]
-    assert [(t["labels"]["job"], t["labels"]["rank"], t["health"]) for t in targets] == [  # type: ignore[index]
+    assert [(t["labels"]["job"], t["labels"]["rank"], t["health"]) for t in targets] == [
         (f"forklift-{served.name}", "0", "up")], targets
     rules = httpx.get(f"{url}/api/v1/rules", timeout=5).json()["data"]["groups"][0]["rules"]
     assert {r["name"] for r in rules} >= {"ForkliftRankDown", "ForkliftKVCacheNearFull", "ForkliftQueueGrowing",
