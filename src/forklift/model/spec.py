@@ -143,6 +143,20 @@ class VisionSpec(Frozen):
     deepstack: int = 0  # Qwen3-VL: extra mergers, one per deepstack_visual_indexes entry
 
 
+class AttnShape(Frozen):
+    """One attention layer kind's shape where a family gives its layer kinds their own (MiMo-V2: sliding and full
+    layers with their own heads, KV heads, K and V head sizes; Gemma 4: a wider head on full layers): the query
+    heads, KV heads and K / V head sizes of the kind's Attention (vLLM's AttentionSpec num_kv_heads, head_size,
+    head_size_v), plus whether the kind has an attention-sink bias (one per head: mimo_v2.py)."""
+
+    mixer: Mixer
+    heads: int
+    kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    sinks: bool = False
+
+
 class ModelSpec(Frozen):
     """The planner's view of one model."""
 
@@ -186,6 +200,17 @@ class ModelSpec(Frozen):
     vision: VisionSpec | None = None  # a multimodal wrapper's vision tower (forklift.model.vision)
     rope_caches: tuple[RopeCache, ...] = ()  # only for families whose entry names them (architectures.yaml)
     quant: QuantScheme
+    attn_shapes: tuple[AttnShape, ...] = ()
+    """Per attention layer kind, where the family gives kinds their own shape; empty: every attention layer has
+    num_heads / num_kv_heads / head_dim (K and V alike)."""
+
+    def attn_shape(self, mixer: Mixer) -> AttnShape:
+        """The attention shape of layers whose mixer is ``mixer``."""
+        for shape in self.attn_shapes:
+            if shape.mixer == mixer:
+                return shape
+        return AttnShape(mixer=mixer, heads=self.num_heads, kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+                         v_head_dim=self.head_dim)
 
     @property
     def is_moe(self) -> bool:

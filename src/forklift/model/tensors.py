@@ -41,6 +41,24 @@ def _mla(s: ModelSpec, i: int, o: _Out) -> None:
         o.add("self_attn.indexer.weights_proj", h * ix.n_heads, "replicated", linear=False, role="indexer")
 
 
+def _shaped(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
+    """A layer kind with its own shape (ModelSpec.attn_shapes): mimo_v2.py MiMoV2Attention (qkv_proj with
+    v_head_size, o_proj of heads x v_head_dim, a per-head sink bias on SWA layers when configured); gemma4.py
+    Gemma4Attention (qkv_proj over the kind's head_dim even on K = V layers, q_norm / k_norm over head_dim)."""
+    a, h = s.attn_shape(layer.mixer), s.hidden_size
+    o.add("self_attn.q_proj", h * a.heads * a.head_dim, "col")
+    o.add("self_attn.k_proj", h * a.kv_heads * a.head_dim, "kv")
+    o.add("self_attn.v_proj", h * a.kv_heads * a.v_head_dim, "kv")
+    o.add("self_attn.o_proj", a.heads * a.v_head_dim * h, "row")
+    if s.attention_bias:
+        o.add("self_attn.qkv_proj.bias", a.heads * a.head_dim + a.kv_heads * (a.head_dim + a.v_head_dim), "col",
+              linear=False)
+    if s.qk_norm:
+        o.add("self_attn.qk_norm", 2 * a.head_dim, "replicated", linear=False)
+    if a.sinks:
+        o.add("self_attn.attention_sink_bias", a.heads, "col", linear=False)
+
+
 def _gqa(s: ModelSpec, o: _Out) -> None:
     h, d = s.hidden_size, s.head_dim
     o.add("self_attn.q_proj", h * s.num_heads * d * (2 if s.gated_q else 1), "col")
@@ -99,7 +117,12 @@ def _kda(st: StateSpec, h: int, o: _Out) -> None:
 
 def _mixer(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
     if layer.has_kv:
-        (_mla(s, layer.index, o) if s.mla is not None else _gqa(s, o))
+        if s.mla is not None:
+            _mla(s, layer.index, o)
+        elif s.attn_shapes:
+            _shaped(s, layer, o)
+        else:
+            _gqa(s, o)
     elif layer.has_state and s.state is not None:
         {"gdn": _gdn, "mamba2": _mamba2, "kda": _kda}[s.state.kind](s.state, s.hidden_size, o)
 
