@@ -21,8 +21,9 @@ import pytest
 from forklift.errors import PlanError, UnknownArchitectureError
 from forklift.model.archrules import from_config
 from forklift.model.tensors import model_tensors
-from forklift.plan import make
+from forklift.plan import make, rules
 from forklift.plan.kvcache import KvConfig, LayerKv, layout
+from forklift.plan.kvspecs import KvInputs, layer_specs
 from forklift.plan.result import Plan
 from tests.helpers import CALIBRATION
 from tests.unit.plan.conftest import CONFIGS, cdiv, recipe_for
@@ -181,3 +182,38 @@ def test_mimo_plain_fp8_plans(tmp_path: Path) -> None:
            "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}}
     plan = _cpu_plan(tmp_path, cfg)
     assert plan.kv_tokens == 113716  # KV unchanged by weight quantization (kv dtype auto -> bf16)
+
+
+def test_mimo_with_a_vision_config_is_refused_as_the_omni_class() -> None:
+    """model_arch_config_convertor.py MimoV2ModelArchConfigConvertor: a vision_config makes the architecture
+    MiMoV2OmniForCausalLM, whose towers the planner lacks."""
+    cfg = {**json.loads(MIMO.read_text()), "vision_config": {"depth": 2, "hidden_size": 64}}
+    with pytest.raises(UnknownArchitectureError) as err:
+        from_config(cfg)
+    assert "MiMoV2OmniForCausalLM" in err.value.message and "vision_config" in err.value.message
+
+
+def test_gemma4_26b_a4b_text_geometry_pages_and_blocks() -> None:
+    """gemma-4-26B-A4B's text geometry (30 layers, 5 sliding : 1 full; sliding 8 KV heads x 256, full 2 x 512 with
+    attention_k_eq_v) at TP 2, bf16, block 16: sliding 4 x (256 + 256) x 2 = 4,096 bytes a token (page 65,536),
+    full 1 x (512 + 512) x 2 = 2,048 (page 32,768) -> the full layers' block becomes 32; 25 sliding + 5 full ->
+    group size 5, 5 sliding groups + 1 full group, a block = 5 x 65,536 bytes."""
+    cfg = {"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "num_hidden_layers": 30,
+           "hidden_size": 2816, "vocab_size": 262144, "num_attention_heads": 16, "sliding_window": 1024,
+           "num_key_value_heads": 8, "head_dim": 256, "num_global_key_value_heads": 2, "global_head_dim": 512,
+           "attention_k_eq_v": True, "intermediate_size": 2112, "moe_intermediate_size": 704, "num_experts": 128,
+           "top_k_experts": 8, "num_kv_shared_layers": 0, "hidden_size_per_layer_input": 0,
+           "max_position_embeddings": 262144, "torch_dtype": "bfloat16",
+           "layer_types": [("full_attention" if (i + 1) % 6 == 0 else "sliding_attention") for i in range(30)]}
+    spec = from_config(cfg)
+    x = KvInputs(tp=2, kv_dtype="auto", model_dtype_bytes=2, capability="12.1", platform="cuda", max_model_len=131072,
+                 mnbt=8192, block=None, amx=False, dcp=1, pp=1, runner="v1", num_spec=0, include_mtp=False,
+                 prefix_caching=None)
+    layers = layer_specs(spec, 0, 30, True, x, rules.rules_for("0.32.0"))
+    assert {(kv.kind, kv.per_token) for kv in layers} == {("sliding", 4096), ("full", 2048)}
+    lay = layout(layers, KvConfig(max_model_len=131072, mnbt=8192, block=16))
+    assert {b.spec.kind: (b.layers, b.groups, b.block) for b in lay.buckets} == {"sliding": (25, 5, 16),
+                                                                                 "full": (5, 1, 32)}
+    assert lay.bytes_per_block == 5 * 65536
+    # a request: cdiv(131072, 32) = 4,096 full blocks + 5 x (cdiv(1023 + 2 x 8192, 16) + 1) = 5 x 1,089
+    assert lay.blocks_per_request() == 4096 + 5 * (cdiv(1023 + 2 * 8192, 16) + 1) == 9541
