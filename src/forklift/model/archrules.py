@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any, NamedTuple
 
 from forklift.errors import ModelError, UnknownArchitectureError
-from forklift.model.attnshapes import SHAPE_RULES, check_unmodelled
+from forklift.model.attnshapes import SHAPE_RULES, check_unmodelled, layer_flags, per_layer_inputs
 from forklift.model.configjson import Cfg, lookup, need_int
 from forklift.model.mlprules import MLP_RULES
 from forklift.model.quant import scheme_from_config
@@ -396,8 +396,11 @@ def rope_caches(cfg: Cfg, fam: Mapping[str, Any], plan: LayerPlan, head_dim: int
                  for m, rows, width in caches.values() if rows)
 
 
-def _layers(plan: LayerPlan, mlps: list[Mlp], owners: set[int]) -> tuple[LayerSpec, ...]:
-    return tuple(LayerSpec(index=i, mixer=mixer, mlp=fixed if fixed is not None else mlps[i], indexer=i in owners)
+def _layers(plan: LayerPlan, mlps: list[Mlp], owners: set[int],
+            flags: tuple[set[int], set[int]] = (set(), set())) -> tuple[LayerSpec, ...]:
+    shared, wide = flags
+    return tuple(LayerSpec(index=i, mixer=mixer, mlp=fixed if fixed is not None else mlps[i], indexer=i in owners,
+                           kv_shared=i in shared, wide_mlp=i in wide)
                  for i, (mixer, fixed) in enumerate(plan))
 
 
@@ -442,11 +445,12 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
         default_max_len=max_len.default, model_max_length=max_len.model_max_length,
         tie_word_embeddings=fam.get("tie") == "always" or (
             fam.get("tie") != "never" and bool(cfg.get("tie_word_embeddings", False))),
-        dtype_bytes=_DTYPE_BYTES.get(dtype, 2), layer_norms=norms, attn_shapes=shapes,
+        dtype_bytes=_DTYPE_BYTES.get(dtype, 2), layer_norms=norms, attn_shapes=shapes, **per_layer_inputs(cfg, fam),
         attention_bias=bool(attn.get("qkv_bias")) or bool(cfg.get(attn.get("bias_key", "attention_bias"), False)),
         qk_norm=bool(attn.get("qk_norm")) or bool(cfg.get("use_qk_norm")) or cfg.get("model_type") == "qwen3",
         gated_q=bool(attn.get("gated_q")), sliding_window=int(sliding) if sliding else None,
-        layers=_layers(plan, mlps, set(owners)), moe=moe, mla=mla, indexer=indexer, state=state_spec(cfg, fam, ctx),
+        layers=_layers(plan, mlps, set(owners), layer_flags(cfg, fam, n)), moe=moe, mla=mla, indexer=indexer,
+        state=state_spec(cfg, fam, ctx),
         supports_mamba_prefix_caching=bool(fam.get("supports_mamba_prefix_caching")), vllm_min=ssm_vllm_min,
         mtp_layers=_int_or(cfg, str(mtp["key"]), 0), mtp_proj_split=mtp["proj_split"], mtp_norms=int(mtp["norms"]),
         vision=_vision(raw, fam, arch, hidden, source),

@@ -68,3 +68,29 @@ def check_unmodelled(cfg: Cfg, fam: dict[str, Any], ctx: tuple[str, str]) -> Non
                 fix="Plan without memory figures (render and up still work), or start it once with `forklift probe` "
                 "and read vLLM's own 'Available KV cache memory' / 'KV cache size' lines.")
 
+
+
+def layer_flags(cfg: Cfg, fam: dict[str, Any], n: int) -> tuple[set[int], set[int]]:
+    """(layers that read an earlier layer's cache, layers whose MLP is twice as wide), for families with
+    ``kv_sharing: gemma4``: gemma4.py Gemma4Attention.__init__ makes the last num_kv_shared_layers layers
+    (i >= num_hidden_layers - num_kv_shared_layers) read the last earlier layer of their type
+    (kv_sharing_target_layer_name; the runner gives them no KV cache spec: v1/worker/gpu_model_runner.py
+    get_kv_cache_spec) and hold only q_proj / o_proj / q_norm; Gemma4DecoderLayer.__init__ doubles their MLP when
+    use_double_wide_mlp."""
+    if fam.get("kv_sharing") != "gemma4":
+        return set(), set()
+    shared_n = int(cfg.get("num_kv_shared_layers") or 0)
+    first = n - shared_n
+    shared = set(range(first, n)) if shared_n > 0 else set()
+    wide = shared if cfg.get("use_double_wide_mlp") and first > 0 else set()
+    return shared, wide
+
+
+def per_layer_inputs(cfg: Cfg, fam: dict[str, Any]) -> dict[str, int]:
+    """Gemma 4 per-layer embeddings (gemma4.py Gemma4Model.__init__, families with ``per_layer_input: true``):
+    hidden_size_per_layer_input and vocab_size_per_layer_input (the vocab size when absent)."""
+    if not fam.get("per_layer_input"):
+        return {}
+    width = int(cfg.get("hidden_size_per_layer_input") or 0)
+    vocab = int(cfg.get("vocab_size_per_layer_input") or cfg.get("vocab_size") or 0)
+    return {"per_layer_input": width, "per_layer_vocab": vocab if width else 0}

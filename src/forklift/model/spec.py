@@ -53,6 +53,8 @@ class LayerSpec(Frozen):
     mixer: Mixer = "attention"
     mlp: Mlp = "dense"
     indexer: bool = False
+    kv_shared: bool = False  # reads an earlier layer's cache (kv_sharing_target_layer_name): no cache, no K/V weights
+    wide_mlp: bool = False  # the dense MLP (or the always-on shared MLP) at twice intermediate_size
 
     @property
     def has_kv(self) -> bool:
@@ -200,6 +202,10 @@ class ModelSpec(Frozen):
     vision: VisionSpec | None = None  # a multimodal wrapper's vision tower (forklift.model.vision)
     rope_caches: tuple[RopeCache, ...] = ()  # only for families whose entry names them (architectures.yaml)
     quant: QuantScheme
+    per_layer_input: int = 0
+    """Gemma 4 per-layer embeddings (PLE): hidden_size_per_layer_input (0: none)."""
+    per_layer_vocab: int = 0
+    """Gemma 4 PLE table rows: vocab_size_per_layer_input."""
     attn_shapes: tuple[AttnShape, ...] = ()
     """Per attention layer kind, where the family gives kinds their own shape; empty: every attention layer has
     num_heads / num_kv_heads / head_dim (K and V alike)."""
@@ -223,7 +229,7 @@ class ModelSpec(Frozen):
 
     @property
     def kv_layers(self) -> list[int]:
-        return [layer.index for layer in self.layers if layer.has_kv]
+        return [layer.index for layer in self.layers if layer.has_kv and not layer.kv_shared]
 
     def rope_cache_bytes(self, start: int, end: int) -> int:
         """Bytes of the rotary caches one rank of the stage holding layers [start, end) allocates at load."""

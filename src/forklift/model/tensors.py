@@ -47,6 +47,10 @@ def _shaped(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
     Gemma4Attention (qkv_proj over the kind's head_dim even on K = V layers, q_norm / k_norm over head_dim)."""
     a, h = s.attn_shape(layer.mixer), s.hidden_size
     o.add("self_attn.q_proj", h * a.heads * a.head_dim, "col")
+    if layer.kv_shared:  # gemma4.py Gemma4Attention: a KV-shared layer holds q_proj, o_proj and q_norm only
+        o.add("self_attn.o_proj", a.heads * a.v_head_dim * h, "row")
+        o.add("self_attn.q_norm", a.head_dim, "replicated", linear=False)
+        return
     o.add("self_attn.k_proj", h * a.kv_heads * a.head_dim, "kv")
     o.add("self_attn.v_proj", h * a.kv_heads * a.v_head_dim, "kv")
     o.add("self_attn.o_proj", a.heads * a.v_head_dim * h, "row")
@@ -131,7 +135,7 @@ def _mlp(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
     h = s.hidden_size
     gated = s.moe.gated if s.moe is not None else s.family != "nemotron_h"
     if layer.mlp == "dense" or (layer.mlp == "moe" and s.moe is None):
-        inter = s.intermediate_size
+        inter = s.intermediate_size * (2 if layer.wide_mlp else 1)
         o.add("mlp.gate_up_proj", (2 if gated else 1) * h * inter, "col", role="dense_mlp")
         o.add("mlp.down_proj", inter * h, "row", role="dense_mlp")
         return
@@ -146,7 +150,7 @@ def _mlp(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
     if m.has_bias:
         o.add("mlp.experts.bias", m.n_routed * (2 * m.intermediate + h), "expert", linear=False, role="experts")
     if m.shared_intermediate:
-        n = m.shared_intermediate
+        n = m.shared_intermediate * (2 if layer.wide_mlp else 1)
         o.add("mlp.shared_experts.gate_up_proj", (2 if gated else 1) * h * n, "col", role="shared")
         o.add("mlp.shared_experts.down_proj", n * h, "row", role="shared")
         if s.family in ("qwen_moe", "qwen3_next", "qwen3_5"):
@@ -158,14 +162,34 @@ def layer_tensors(s: ModelSpec, layer: LayerSpec, prefix: str) -> list[Tensor]:
     o.add("norms", s.layer_norms * s.hidden_size, "replicated", linear=False, role="norm")
     _mixer(s, layer, o)
     _mlp(s, layer, o)
+    if s.per_layer_input:  # gemma4.py Gemma4DecoderLayer: per_layer_input_gate, per_layer_projection (replicated)
+        p, h = s.per_layer_input, s.hidden_size
+        o.add("per_layer_input_gate", h * p, "replicated", role="embed")
+        o.add("per_layer_projection", p * h, "replicated", role="embed")
+        o.add("post_per_layer_input_norm", h, "replicated", linear=False, role="norm")
     return o.items
+
+
+def _per_layer_embeddings(s: ModelSpec) -> list[Tensor]:
+    """gemma4.py Gemma4Model.__init__: embed_tokens_per_layer (VocabParallelEmbedding of vocab_size_per_layer_input
+    x num_hidden_layers * hidden_size_per_layer_input), per_layer_model_projection (ColumnParallelLinear from
+    hidden_size to the same width), per_layer_projection_norm."""
+    if not s.per_layer_input:
+        return []
+    width = s.num_layers * s.per_layer_input
+    return [Tensor(module="model.embed_tokens_per_layer", numel=s.per_layer_vocab * width, split="vocab",
+                   where="embed", linear=False, role="embed"),
+            Tensor(module="model.per_layer_model_projection", numel=s.hidden_size * width, split="col",
+                   where="embed", role="embed"),
+            Tensor(module="model.per_layer_projection_norm", numel=s.per_layer_input, split="replicated",
+                   where="embed", linear=False, role="norm")]
 
 
 def model_tensors(s: ModelSpec, include_mtp: bool = False) -> list[Tensor]:
     """Every weight tensor in vLLM's layout (fused projections counted as their parts)."""
     h = s.hidden_size
     out = [Tensor(module="model.embed_tokens", numel=s.vocab_size * h, split="vocab", where="embed", linear=False,
-                  role="embed")]
+                  role="embed"), *_per_layer_embeddings(s)]
     for layer in s.layers:
         out.extend(layer_tensors(s, layer, f"model.layers.{layer.index}"))
     if s.vision is not None:

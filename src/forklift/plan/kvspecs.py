@@ -225,6 +225,8 @@ matches (an MoE-only or attention-free layer) holds no cache."""
 
 
 def _layer_kv(layer: LayerSpec, layer_inputs: _LayerInputs) -> list[LayerKv]:
+    if layer.kv_shared:  # gpu_model_runner.py get_kv_cache_spec: kv_sharing_target_layer_name -> no spec
+        return []
     build = next((b for _, test, b in LAYER_KINDS if test(layer, layer_inputs.spec)), None)
     return build(layer, layer_inputs) if build is not None else []
 

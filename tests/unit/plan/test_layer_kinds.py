@@ -154,26 +154,57 @@ def test_gemma4_tiny_plans_the_tokens_vllm_cpu_logged(tmp_path: Path) -> None:
     assert plan.kv_tokens == int(4096 / per_request * 2048) == 90200
 
 
-@pytest.mark.parametrize(("key", "value", "names"), [
-    ("hidden_size_per_layer_input", 256, ("embed_tokens_per_layer", "PLE")),
-    ("num_kv_shared_layers", 4, ("kv_sharing_target_layer_name",)),
-])
-def test_gemma4_features_not_modelled_are_refused_naming_them(tmp_path: Path, key: str, value: int,
-                                                              names: tuple[str, ...]) -> None:
-    cfg = {**json.loads(GEMMA4.read_text()), key: value}
+GEMMA4_E = TINY / "gemma4_e.config.json"
+
+
+def test_gemma4_kv_shared_layers_hold_no_cache_and_the_tokens_follow(tmp_path: Path) -> None:
+    """The tiny E-style Gemma 4 (8 layers, s s s f s s s f, num_kv_shared_layers 4, no attention_k_eq_v): layers
+    4-7 read layers 2 / 3's caches (gemma4.py kv_sharing_target_layer_name; the runner gives them no spec), so 3
+    sliding + 1 full layer hold caches. Sliding 1 x (64 + 64) x 2 = 256 bytes a token (page 32,768 at block 128),
+    full 1 x (128 + 128) x 2 = 512 (page 65,536) -> sliding block 256; group size 1 (3 >= 1.5 x 1): 4 groups, a
+    block = 65,536 bytes; num_blocks = 2^30 // 65,536 = 16,384; a request: cdiv(2048, 128) = 16 full blocks +
+    3 x (cdiv(min(127 + 4096, 2048), 256) + 1) = 27; tokens int(16384 / 43 x 2048) = 780,335."""
+    spec = from_config(json.loads(GEMMA4_E.read_text()))
+    assert [layer.kv_shared for layer in spec.layers] == [False] * 4 + [True] * 4
+    plan = _cpu_plan(tmp_path, GEMMA4_E)
+    per_request = cdiv(2048, 128) + 3 * (cdiv(min(127 + 2 * 2048, 2048), 256) + 1)
+    assert per_request == 43
+    assert plan.num_blocks == GIB // 65536 == 16384
+    assert plan.kv_tokens == int(16384 / per_request * 2048) == 780335
+
+
+def test_gemma4_per_layer_embeddings_and_shared_layers_weights() -> None:
+    """gemma4.py Gemma4Model: embed_tokens_per_layer = vocab_size_per_layer_input x layers x
+    hidden_size_per_layer_input = 49,152 x 8 x 32; per_layer_model_projection = 256 x 256; per layer
+    per_layer_input_gate 256 x 32 and per_layer_projection 32 x 256. A KV-shared layer holds q_proj (256 x 4 x 64)
+    and o_proj, no k/v; use_double_wide_mlp doubles its MLP (2 x 512)."""
+    spec = from_config(json.loads(GEMMA4_E.read_text()))
+    by = {t.module: t.numel for t in model_tensors(spec)}
+    assert by["model.embed_tokens_per_layer"] == 49152 * 8 * 32
+    assert by["model.per_layer_model_projection"] == 256 * 8 * 32
+    assert by["model.layers.0.per_layer_input_gate"] == 256 * 32
+    assert by["model.layers.0.per_layer_projection"] == 32 * 256
+    assert "model.layers.4.self_attn.k_proj" not in by and "model.layers.2.self_attn.k_proj" in by
+    assert by["model.layers.4.self_attn.q_proj"] == 256 * 4 * 64
+    assert by["model.layers.4.mlp.gate_up_proj"] == 2 * 256 * (2 * 512)
+    assert by["model.layers.3.mlp.gate_up_proj"] == 2 * 256 * 512
+
+
+def test_gemma4_bidirectional_all_is_refused_naming_it() -> None:
+    """Gemma4TextConfig.__post_init__ halves the window for use_bidirectional_attention "all"; not modelled."""
+    cfg = {**json.loads(GEMMA4.read_text()), "use_bidirectional_attention": "all"}
     with pytest.raises(UnknownArchitectureError) as err:
         from_config(cfg)
-    assert key in err.value.message
-    for name in names:
-        assert name in err.value.message
+    assert "use_bidirectional_attention" in err.value.message
 
 
-def test_gemma4_without_a_per_layer_input_key_gets_the_class_default_and_is_refused() -> None:
-    """transformers Gemma4TextConfig.hidden_size_per_layer_input defaults to 256: a config that omits it has
-    per-layer embeddings."""
+def test_gemma4_without_a_per_layer_input_key_gets_the_class_default() -> None:
+    """transformers Gemma4TextConfig.hidden_size_per_layer_input defaults to 256 and vocab_size_per_layer_input to
+    262,144: a config that omits them has a 262,144 x layers x 256 table."""
     cfg = {k: v for k, v in json.loads(GEMMA4.read_text()).items() if k != "hidden_size_per_layer_input"}
-    with pytest.raises(UnknownArchitectureError):
-        from_config(cfg)
+    spec = from_config(cfg)
+    by = {t.module: t.numel for t in model_tensors(spec)}
+    assert by["model.embed_tokens_per_layer"] == 262144 * 12 * 256
 
 
 def test_mimo_plain_fp8_plans(tmp_path: Path) -> None:
