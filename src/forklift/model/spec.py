@@ -46,6 +46,11 @@ class Tensor:
     where: Literal["layer", "embed", "lm_head", "final"] = "layer"
     linear: bool = True
     role: Role = "attn"
+    kv_heads: int = 0  # split "kv": the KV heads of this tensor's layer kind (0: ModelSpec.num_kv_heads)
+
+    def kv_ways(self, tp: int, model_kv_heads: int) -> int:
+        """How many ways TP splits a "kv" tensor: its KV heads, at most tp (QKVParallelLinear replicates the rest)."""
+        return min(tp, self.kv_heads or model_kv_heads)
 
 
 class LayerSpec(Frozen):

@@ -14,9 +14,10 @@ class _Out:
         self.prefix, self.layer = prefix, layer
         self.items: list[Tensor] = []
 
-    def add(self, mod: str, n: int, split: Split, *, linear: bool = True, role: Role = "attn") -> None:
+    def add(self, mod: str, n: int, split: Split, *, linear: bool = True, role: Role = "attn",
+            kv_heads: int = 0) -> None:
         self.items.append(Tensor(module=f"{self.prefix}.{mod}", numel=n, split=split, layer=self.layer, linear=linear,
-                                 role=role))
+                                 role=role, kv_heads=kv_heads))
 
 
 def _mla(s: ModelSpec, i: int, o: _Out) -> None:
@@ -51,8 +52,8 @@ def _shaped(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
         o.add("self_attn.o_proj", a.heads * a.v_head_dim * h, "row")
         o.add("self_attn.q_norm", a.head_dim, "replicated", linear=False)
         return
-    o.add("self_attn.k_proj", h * a.kv_heads * a.head_dim, "kv")
-    o.add("self_attn.v_proj", h * a.kv_heads * a.v_head_dim, "kv")
+    o.add("self_attn.k_proj", h * a.kv_heads * a.head_dim, "kv", kv_heads=a.kv_heads)
+    o.add("self_attn.v_proj", h * a.kv_heads * a.v_head_dim, "kv", kv_heads=a.kv_heads)
     o.add("self_attn.o_proj", a.heads * a.v_head_dim * h, "row")
     if s.attention_bias:
         o.add("self_attn.qkv_proj.bias", a.heads * a.head_dim + a.kv_heads * (a.head_dim + a.v_head_dim), "col",

@@ -248,3 +248,13 @@ def test_gemma4_26b_a4b_text_geometry_pages_and_blocks() -> None:
     assert lay.bytes_per_block == 5 * 65536
     # a request: cdiv(131072, 32) = 4,096 full blocks + 5 x (cdiv(1023 + 2 x 8192, 16) + 1) = 5 x 1,089
     assert lay.blocks_per_request() == 4096 + 5 * (cdiv(1023 + 2 * 8192, 16) + 1) == 9541
+
+
+def test_kv_projections_split_by_their_own_kinds_kv_heads() -> None:
+    """QKVParallelLinear splits K / V by the layer's own KV heads (replicated beyond them): at TP 4, a
+    gemma-4-26B-A4B-shaped sliding layer (8 KV heads) splits 4 ways, a full layer (2 KV heads) only 2."""
+    spec = from_config({**json.loads(GEMMA4.read_text()), "num_key_value_heads": 8, "num_global_key_value_heads": 2,
+                        "num_attention_heads": 8})
+    by = {t.module: t for t in model_tensors(spec)}
+    assert by["model.layers.0.self_attn.k_proj"].kv_ways(4, spec.num_kv_heads) == 4
+    assert by["model.layers.5.self_attn.k_proj"].kv_ways(4, spec.num_kv_heads) == 2
