@@ -239,7 +239,7 @@ def unify_pages(specs: dict[tuple[str, int, int, int | None], LayerKv], bs: int,
     notes: tuple[str, ...] = ()
     if len(set(pages.values())) > 1:
         scaled = sorted({b for b in blocks.values() if b != bs})
-        notes = (f"KV pages unified to {top} bytes (unify_kv_cache_spec_page_size): block {bs}"
+        notes = (f"KV pages unified to {top:,} bytes (unify_kv_cache_spec_page_size): block {bs}"
                  + (f", scaled to {', '.join(map(str, scaled))} on the smaller pages" if scaled else "")
                  + (f", {', '.join(sorted(set(padded_kinds)))} pages padded" if padded_kinds else ""),)
     return blocks, top, notes
