@@ -1,10 +1,10 @@
 """``node apply`` and ``node revert``: an immutable plan of steps, then execution through a Runner.
 
 Every step that changes the node first records what was there (file bytes with mode and owner,
-sysctl values, swap, units) in a state file on the node, so ``revert`` puts it back exactly.
+sysctl values, swap, units) in a state file on the node (``state``), so ``revert`` puts it back exactly.
 Steps are argv lists (sudo prepended when the login user is not root); a step marked ``live``
 changes the running system (sysctl -w, swapon, systemctl) and is skipped when ``root`` is not ``/``:
-then only files are written, under that root, and the kernel is only read.
+then only files are written, under that root, and the kernel is only read. The files' text is ``file_texts``.
 """
 
 from __future__ import annotations
@@ -12,19 +12,26 @@ from __future__ import annotations
 import base64
 import json
 import shlex
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
-
-from pydantic import BaseModel, Field
 
 from forklift import paths
 from forklift.errors import NodeError, SudoRequiredError
 from forklift.node import facts as F
-from forklift.node.facts import FileFact, PrepFacts, under
+from forklift.node.facts import PrepFacts, under
+from forklift.node.file_texts import LOGIND_UNIT as LOGIND_UNIT  # re-exported, with the names below
+from forklift.node.file_texts import fstab_with_swap as fstab_with_swap
+from forklift.node.file_texts import guard_config as guard_config
+from forklift.node.file_texts import guard_module_text as guard_module_text
+from forklift.node.file_texts import guard_unit_text as guard_unit_text
+from forklift.node.file_texts import logind_dropin_text as logind_dropin_text
+from forklift.node.file_texts import sysctl_text as sysctl_text
 from forklift.node.profile import GIB, MIN_FREE_MAX_FRACTION, NodeProfile, SwapSpec
+from forklift.node.state import FileRecord as FileRecord
+from forklift.node.state import NodeState as NodeState
+from forklift.node.state import SwapRecord as SwapRecord
+from forklift.node.state import UnitRecord as UnitRecord
 from forklift.runner import Runner
 
 _WRITE = (
@@ -55,58 +62,6 @@ class Step:
         if self.input is None:
             return cmd
         return f"{cmd} < ({len(base64.b64decode(self.input))} bytes of content)"
-
-
-# --- state -----------------------------------------------------------------------------------------
-
-
-class FileRecord(BaseModel):
-    path: str
-    existed: bool
-    mode: str | None = None
-    owner: str | None = None
-    content_b64: str | None = None
-
-    @classmethod
-    def of(cls, fact: FileFact) -> FileRecord:
-        b64 = base64.b64encode(fact.content).decode() if fact.content is not None else None
-        return cls(path=fact.path, existed=fact.exists, mode=fact.mode, owner=fact.owner, content_b64=b64)
-
-
-class SwapRecord(BaseModel):
-    path: str
-    created: bool
-    activated: bool
-    size_bytes: int | None = None
-    """The size apply asked for (``--swap-gib``), so ``check`` compares against what was applied."""
-
-
-class UnitRecord(BaseModel):
-    name: str
-    was_enabled: str
-    was_active: str
-
-
-class NodeState(BaseModel):
-    """What apply changed and what was there before. Written before the changes it describes."""
-
-    version: int = 1
-    host: str
-    root: str
-    live: bool
-    profile: str
-    applied_at: float = Field(default_factory=time.time)
-    files: list[FileRecord] = Field(default_factory=list)
-    created_dirs: list[str] = Field(default_factory=list)
-    sysctl: dict[str, str] = Field(default_factory=dict)
-    swap: SwapRecord | None = None
-    guard_unit: UnitRecord | None = None
-    display_manager: UnitRecord | None = None
-    logind_reloaded: bool = False
-    """apply reloaded systemd-logind after writing its drop-in (revert reloads it again after removing it)."""
-
-    def file(self, path: str) -> FileRecord | None:
-        return next((f for f in self.files if f.path == path), None)
 
 
 @dataclass(frozen=True)
@@ -140,63 +95,6 @@ class ApplyPlan:
 class ApplyResult:
     plan: ApplyPlan
     done: list[str] = field(default_factory=list)
-
-
-# --- rendering of the files apply writes -------------------------------------------------------------
-
-
-def sysctl_text(profile: NodeProfile) -> str:
-    lines = [f"# Written by `forklift node apply` (profile {profile.name}); `forklift node revert` removes it."]
-    lines += [f"{k} = {v}" for k, v in profile.sysctl.items()]
-    return "\n".join(lines) + "\n"
-
-
-def guard_config(profile: NodeProfile, *, runs_dirs: Sequence[str], node_names: Sequence[str]) -> dict[str, Any]:
-    g = profile.guard
-    return {
-        "heartbeat": F.GUARD_HEARTBEAT, "runs_dirs": list(runs_dirs), "node_names": list(node_names),
-        "oom_score_adj": g.oom_score_adj, "drop_metric": g.drop_metric, "drop_below_bytes": int(g.drop_below_gib * GIB),
-        "drop_when": g.drop_when, "drop_mode": g.drop_mode, "cooldown_s": g.cooldown_s, "interval_s": g.interval_s,
-    }
-
-
-def guard_unit_text(python: str) -> str:
-    return (
-        "# Written by `forklift node apply`; `forklift node revert` removes it.\n"
-        "[Unit]\n"
-        "Description=forklift node guard (OOM protection by run-record PID, page-cache drop while loading)\n"
-        "After=local-fs.target\n\n"
-        "[Service]\n"
-        "Type=simple\n"
-        f"ExecStart={python} {F.GUARD_MODULE} --config {F.GUARD_CONFIG}\n"
-        "Restart=on-failure\n"
-        "RestartSec=2\n"
-        "OOMScoreAdjust=-1000\n\n"
-        "[Install]\n"
-        "WantedBy=multi-user.target\n"
-    )
-
-
-def guard_module_text() -> str:
-    return (resources.files("forklift.node") / "guard.py").read_text()
-
-
-LOGIND_UNIT = "systemd-logind.service"
-
-
-def logind_dropin_text() -> str:
-    return ("# Written by `forklift node apply`; `forklift node revert` removes it.\n"
-            "# RemoveIPC=yes deletes a user's semaphores and shared memory when the user's last session ends\n"
-            "# (the SSH session that started a vLLM rank), and the rank dies.\n"
-            "[Login]\n"
-            "RemoveIPC=no\n")
-
-
-def fstab_with_swap(fstab: str | None, path: str) -> str:
-    text = fstab or ""
-    if text and not text.endswith("\n"):
-        text += "\n"
-    return text + f"{path} none swap sw 0 0\n"
 
 
 # --- plan --------------------------------------------------------------------------------------------

@@ -252,7 +252,7 @@ _FATAL: dict[str, Callable[[ModelSpec, QuantScheme, Setup], None]] = {
 
 
 def setup_for(ctx: Any) -> Setup:
-    """The rules' view of a plan context (forklift.plan.core.Context)."""
+    """The rules' view of a plan context (forklift.plan.context.Context)."""
     st = ctx.st
     return Setup(tp=st.tp, dp=st.dp, ep=st.ep, capability=st.capability if st.platform == "cuda" else "",
                  version=ctx.vr.version, dtype_bytes=st.dtype_bytes)

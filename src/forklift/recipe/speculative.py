@@ -51,7 +51,7 @@ def _canonical_method(value: object) -> object:
 
 
 class _Common(BaseModel):
-    # as recipe.schema.Strict; defer_build: Serve's schema builds the method models it needs for the union, and a
+    # as recipe.strict.Strict; defer_build: Serve's schema builds the method models it needs for the union, and a
     # model's own validator is built only when it is used alone (the private bases never are)
     model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
 

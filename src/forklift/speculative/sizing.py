@@ -2,7 +2,7 @@
 tokens each step adds to the batch budget, and the decode roofline at a stated acceptance length.
 
 Pure arithmetic over the target's shape and the plan's settings; the planner adds the results at its marked
-call sites (``plan/core.py``, ``plan/make.py``, ``plan/notes.py``).
+call sites (``plan/core.py``, ``plan/stage_inputs.py``, ``plan/make.py``, ``plan/notes.py``).
 """
 
 from __future__ import annotations
