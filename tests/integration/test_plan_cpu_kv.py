@@ -1,4 +1,4 @@
-"""The planner's KV size equals vLLM-CPU's, to the block, for four tiny dummy-weight architectures.
+"""The planner's KV size equals vLLM-CPU's, to the block, for seven tiny dummy-weight architectures.
 
 Each engine starts through `forklift probe` (dummy weights, eager, 1 GiB KV pool, max_model_len 2048; stopped once
 the KV cache is sized), one after another; the `CPU KV cache size: N tokens` its rank log holds is compared with
@@ -32,6 +32,11 @@ CASES = {
     "qwen3moe": TINY / "qwen3moe.config.json",
     "dsv3-mla": TINY / "dsv3.config.json",
     "glm4moe": TINY / "glm4moe.config.json",
+    # layer kinds with their own KV heads / K and V head sizes: pages unified (unify_kv_cache_spec_page_size)
+    "mimo-v2": TINY / "mimo_v2.config.json",
+    "gemma4": TINY / "gemma4.config.json",
+    # Gemma 4 E-style: KV-shared layers (no cache of their own), per-layer embeddings, double-wide MLP
+    "gemma4-e": TINY / "gemma4_e.config.json",
 }
 
 

@@ -13,6 +13,7 @@ from importlib import resources
 from typing import Any, NamedTuple
 
 from forklift.errors import ModelError, UnknownArchitectureError
+from forklift.model.attnshapes import SHAPE_RULES, check_unmodelled, layer_flags, per_layer_inputs
 from forklift.model.configjson import Cfg, lookup, need_int
 from forklift.model.mlprules import MLP_RULES
 from forklift.model.quant import scheme_from_config
@@ -199,9 +200,21 @@ def _layers_kda_list(cfg: Cfg, n: int, rule: dict[str, Any], ctx: tuple[str, str
     return [("kda" if i + 1 in kda else "attention", None) for i in range(n)]
 
 
+def _layers_flag_list(cfg: Cfg, n: int, rule: dict[str, Any], ctx: tuple[str, str]) -> LayerPlan:
+    """A per-layer list of flags (mimo_v2.py is_compressed_softmax_layer: hybrid_layer_pattern[i] == 1 is a
+    sliding-window layer, 0 full attention)."""
+    flags = cfg.get(rule["key"])
+    if not (isinstance(flags, list) and len(flags) >= n):
+        raise ModelError(f"{ctx[0]}: {ctx[1]} needs {rule['key']} with one entry per layer ({n})",
+                         fix=f"Copy {rule['key']} from the model's published config.json.")
+    values: dict[int, Mixer] = {int(k): v for k, v in rule["values"].items()}
+    return [(values[int(flags[i])], None) for i in range(n)]
+
+
 LAYER_RULES: dict[str, Callable[[Cfg, int, dict[str, Any], tuple[str, str]], LayerPlan]] = {
     "all": _layers_all, "alternate_sliding": _layers_alternate_sliding, "layer_types": _layers_layer_types,
     "pattern": _layers_pattern, "kda_list": _layers_kda_list, "window": _layers_window,
+    "flag_list": _layers_flag_list,
 }
 
 
@@ -383,8 +396,11 @@ def rope_caches(cfg: Cfg, fam: Mapping[str, Any], plan: LayerPlan, head_dim: int
                  for m, rows, width in caches.values() if rows)
 
 
-def _layers(plan: LayerPlan, mlps: list[Mlp], owners: set[int]) -> tuple[LayerSpec, ...]:
-    return tuple(LayerSpec(index=i, mixer=mixer, mlp=fixed if fixed is not None else mlps[i], indexer=i in owners)
+def _layers(plan: LayerPlan, mlps: list[Mlp], owners: set[int],
+            flags: tuple[set[int], set[int]] = (set(), set())) -> tuple[LayerSpec, ...]:
+    shared, wide = flags
+    return tuple(LayerSpec(index=i, mixer=mixer, mlp=fixed if fixed is not None else mlps[i], indexer=i in owners,
+                           kv_shared=i in shared, wide_mlp=i in wide)
                  for i, (mixer, fixed) in enumerate(plan))
 
 
@@ -398,6 +414,7 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
         cfg = {**fam["defaults"], **{k: v for k, v in cfg.items() if v is not None}}
     ctx = (source, arch)
     check_required(cfg, fam, ctx)
+    check_unmodelled(cfg, fam, ctx)
     n = num_layers(cfg, fam, ctx)
     plan = LAYER_RULES[fam["layers"]["rule"]](cfg, n, fam["layers"], ctx)
     moe, mlps = MLP_RULES[fam["mlp"]["rule"]](cfg, n, plan, ctx)
@@ -408,25 +425,32 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
     indexer = IndexerSpec(n_heads=need_int(cfg, "index_n_heads", ctx), head_dim=need_int(cfg, "index_head_dim", ctx),
                           layers=owners, topk=_int_or(cfg, "index_topk", 2048)) if fam.get("indexer") else None
     attn = fam.get("attn", {})
-    sliding = cfg.get("sliding_window") if any(m == "sliding" for m, _ in plan) else None
+    sliding = cfg.get(fam.get("window_key", "sliding_window")) if any(m == "sliding" for m, _ in plan) else None
+    shapes = SHAPE_RULES[fam["attn_shapes"]](cfg, ctx) if fam.get("attn_shapes") else ()
+    full = next((sh for sh in shapes if sh.mixer == "attention"), None)  # the model-level heads: full layers'
+    norms = int(fam.get("norms", 2)) + (int(fam.get("moe_norms", 0)) if moe is not None else 0)
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     ssm_vllm_min = (fam.get("vllm_min") or {}).get(arch)
     head_dim = (mla.kv_lora_rank + mla.qk_rope_head_dim) if mla else int(cfg.get("head_dim") or hidden // heads)
+    head_dim = full.head_dim if full is not None else head_dim
     max_len = max_len_facts(cfg)
     mtp = {**_MTP_DEFAULT, **fam.get("mtp", {})}
     return ModelSpec(
         name=name, architecture=arch, family=family, attention=fam["attention"], hidden_size=hidden, num_layers=n,
-        num_heads=heads, num_kv_heads=1 if mla else int(cfg.get("num_key_value_heads") or heads),
+        num_heads=heads, num_kv_heads=1 if mla else full.kv_heads if full is not None else int(
+            cfg.get("num_key_value_heads") or heads),
         head_dim=head_dim, intermediate_size=_dense_intermediate(cfg), vocab_size=need_int(cfg, "vocab_size", ctx),
         max_position_embeddings=_int_or(cfg, "max_position_embeddings", 2048),
         derived_max_len=max_len.derived, max_len_key=max_len.key, derived_max_len_text=max_len.text,
         default_max_len=max_len.default, model_max_length=max_len.model_max_length,
-        tie_word_embeddings=fam.get("tie") == "always" or bool(cfg.get("tie_word_embeddings", False)),
-        dtype_bytes=_DTYPE_BYTES.get(dtype, 2), layer_norms=int(fam.get("norms", 2)),
+        tie_word_embeddings=fam.get("tie") == "always" or (
+            fam.get("tie") != "never" and bool(cfg.get("tie_word_embeddings", False))),
+        dtype_bytes=_DTYPE_BYTES.get(dtype, 2), layer_norms=norms, attn_shapes=shapes, **per_layer_inputs(cfg, fam),
         attention_bias=bool(attn.get("qkv_bias")) or bool(cfg.get(attn.get("bias_key", "attention_bias"), False)),
         qk_norm=bool(attn.get("qk_norm")) or bool(cfg.get("use_qk_norm")) or cfg.get("model_type") == "qwen3",
         gated_q=bool(attn.get("gated_q")), sliding_window=int(sliding) if sliding else None,
-        layers=_layers(plan, mlps, set(owners)), moe=moe, mla=mla, indexer=indexer, state=state_spec(cfg, fam, ctx),
+        layers=_layers(plan, mlps, set(owners), layer_flags(cfg, fam, n)), moe=moe, mla=mla, indexer=indexer,
+        state=state_spec(cfg, fam, ctx),
         supports_mamba_prefix_caching=bool(fam.get("supports_mamba_prefix_caching")), vllm_min=ssm_vllm_min,
         mtp_layers=_int_or(cfg, str(mtp["key"]), 0), mtp_proj_split=mtp["proj_split"], mtp_norms=int(mtp["norms"]),
         vision=_vision(raw, fam, arch, hidden, source),

@@ -120,7 +120,38 @@ def _ernie(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
     return moe, _split(n, dense)
 
 
+def _mimo_v2(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
+    """mimo_v2.py MiMoV2FlashDecoderLayer.is_moe_layer: MoE where the list moe_layer_freq[i] is truthy (an int
+    moe_layer_freq makes no layer MoE), else MiMoV2MLP of intermediate_size; MiMoV2MoE: gate n_routed_experts x
+    hidden plus e_score_correction_bias, experts of moe_intermediate_size, top num_experts_per_tok, no shared
+    expert."""
+    freq = cfg.get("moe_layer_freq")
+    flags = [bool(freq[i]) if isinstance(freq, list) and i < len(freq) else False for i in range(n)]
+    if not any(flags):
+        return None, ["dense"] * n
+    dense = {i for i in range(n) if not flags[i]}
+    moe = MoESpec(n_routed=need_int(cfg, "n_routed_experts", ctx), top_k=need_int(cfg, "num_experts_per_tok", ctx),
+                  n_shared=0, intermediate=need_int(cfg, "moe_intermediate_size", ctx),
+                  dense_layers=tuple(sorted(dense)), router_bias=True)
+    return moe, _split(n, dense)
+
+
+def _gemma4(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
+    """gemma4.py Gemma4DecoderLayer.__init__: every layer keeps its Gemma4MLP (gate_up + down of intermediate_size)
+    and, when config.num_experts is set, adds a routed block beside it (Gemma4Router: proj num_experts x hidden;
+    FusedMoE of moe_intermediate_size, top top_k_experts, gated gelu). The always-on MLP is counted as one shared
+    expert of intermediate_size (the same tensors)."""
+    if cfg.get("num_experts") is None:
+        return None, ["dense"] * n
+    inter = need_int(cfg, ["moe_intermediate_size", "expert_intermediate_size"], ctx)
+    dense_inter = need_int(cfg, "intermediate_size", ctx)
+    moe = MoESpec(n_routed=need_int(cfg, "num_experts", ctx), top_k=need_int(cfg, "top_k_experts", ctx), n_shared=1,
+                  intermediate=inter, shared_intermediate=dense_inter)
+    return moe, ["moe"] * n
+
+
 MLP_RULES: dict[str, Callable[[Cfg, int, LayerPlan, tuple[str, str]], Result]] = {
     "dense": _dense, "deepseek_moe": _deepseek, "qwen_moe": _qwen, "minimax_moe": _minimax,
     "gpt_oss_moe": _gpt_oss, "kimi_moe": _kimi, "nemotron": _nemotron, "ernie_moe": _ernie,
+    "mimo_v2_moe": _mimo_v2, "gemma4_moe": _gemma4,
 }

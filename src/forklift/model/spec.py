@@ -46,6 +46,11 @@ class Tensor:
     where: Literal["layer", "embed", "lm_head", "final"] = "layer"
     linear: bool = True
     role: Role = "attn"
+    kv_heads: int = 0  # split "kv": the KV heads of this tensor's layer kind (0: ModelSpec.num_kv_heads)
+
+    def kv_ways(self, tp: int, model_kv_heads: int) -> int:
+        """How many ways TP splits a "kv" tensor: its KV heads, at most tp (QKVParallelLinear replicates the rest)."""
+        return min(tp, self.kv_heads or model_kv_heads)
 
 
 class LayerSpec(Frozen):
@@ -53,6 +58,8 @@ class LayerSpec(Frozen):
     mixer: Mixer = "attention"
     mlp: Mlp = "dense"
     indexer: bool = False
+    kv_shared: bool = False  # reads an earlier layer's cache (kv_sharing_target_layer_name): no cache, no K/V weights
+    wide_mlp: bool = False  # the dense MLP (or the always-on shared MLP) at twice intermediate_size
 
     @property
     def has_kv(self) -> bool:
@@ -143,6 +150,20 @@ class VisionSpec(Frozen):
     deepstack: int = 0  # Qwen3-VL: extra mergers, one per deepstack_visual_indexes entry
 
 
+class AttnShape(Frozen):
+    """One attention layer kind's shape where a family gives its layer kinds their own (MiMo-V2: sliding and full
+    layers with their own heads, KV heads, K and V head sizes; Gemma 4: a wider head on full layers): the query
+    heads, KV heads and K / V head sizes of the kind's Attention (vLLM's AttentionSpec num_kv_heads, head_size,
+    head_size_v), plus whether the kind has an attention-sink bias (one per head: mimo_v2.py)."""
+
+    mixer: Mixer
+    heads: int
+    kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    sinks: bool = False
+
+
 class ModelSpec(Frozen):
     """The planner's view of one model."""
 
@@ -186,6 +207,21 @@ class ModelSpec(Frozen):
     vision: VisionSpec | None = None  # a multimodal wrapper's vision tower (forklift.model.vision)
     rope_caches: tuple[RopeCache, ...] = ()  # only for families whose entry names them (architectures.yaml)
     quant: QuantScheme
+    per_layer_input: int = 0
+    """Gemma 4 per-layer embeddings (PLE): hidden_size_per_layer_input (0: none)."""
+    per_layer_vocab: int = 0
+    """Gemma 4 PLE table rows: vocab_size_per_layer_input."""
+    attn_shapes: tuple[AttnShape, ...] = ()
+    """Per attention layer kind, where the family gives kinds their own shape; empty: every attention layer has
+    num_heads / num_kv_heads / head_dim (K and V alike)."""
+
+    def attn_shape(self, mixer: Mixer) -> AttnShape:
+        """The attention shape of layers whose mixer is ``mixer``."""
+        for shape in self.attn_shapes:
+            if shape.mixer == mixer:
+                return shape
+        return AttnShape(mixer=mixer, heads=self.num_heads, kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+                         v_head_dim=self.head_dim)
 
     @property
     def is_moe(self) -> bool:
@@ -198,7 +234,7 @@ class ModelSpec(Frozen):
 
     @property
     def kv_layers(self) -> list[int]:
-        return [layer.index for layer in self.layers if layer.has_kv]
+        return [layer.index for layer in self.layers if layer.has_kv and not layer.kv_shared]
 
     def rope_cache_bytes(self, start: int, end: int) -> int:
         """Bytes of the rotary caches one rank of the stage holding layers [start, end) allocates at load."""

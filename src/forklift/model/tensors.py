@@ -14,9 +14,10 @@ class _Out:
         self.prefix, self.layer = prefix, layer
         self.items: list[Tensor] = []
 
-    def add(self, mod: str, n: int, split: Split, *, linear: bool = True, role: Role = "attn") -> None:
+    def add(self, mod: str, n: int, split: Split, *, linear: bool = True, role: Role = "attn",
+            kv_heads: int = 0) -> None:
         self.items.append(Tensor(module=f"{self.prefix}.{mod}", numel=n, split=split, layer=self.layer, linear=linear,
-                                 role=role))
+                                 role=role, kv_heads=kv_heads))
 
 
 def _mla(s: ModelSpec, i: int, o: _Out) -> None:
@@ -39,6 +40,28 @@ def _mla(s: ModelSpec, i: int, o: _Out) -> None:
         o.add("self_attn.indexer.wk", h * ix.head_dim, "replicated", role="indexer")
         o.add("self_attn.indexer.k_norm", 2 * ix.head_dim, "replicated", linear=False, role="indexer")
         o.add("self_attn.indexer.weights_proj", h * ix.n_heads, "replicated", linear=False, role="indexer")
+
+
+def _shaped(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
+    """A layer kind with its own shape (ModelSpec.attn_shapes): mimo_v2.py MiMoV2Attention (qkv_proj with
+    v_head_size, o_proj of heads x v_head_dim, a per-head sink bias on SWA layers when configured); gemma4.py
+    Gemma4Attention (qkv_proj over the kind's head_dim even on K = V layers, q_norm / k_norm over head_dim)."""
+    a, h = s.attn_shape(layer.mixer), s.hidden_size
+    o.add("self_attn.q_proj", h * a.heads * a.head_dim, "col")
+    if layer.kv_shared:  # gemma4.py Gemma4Attention: a KV-shared layer holds q_proj, o_proj and q_norm only
+        o.add("self_attn.o_proj", a.heads * a.v_head_dim * h, "row")
+        o.add("self_attn.q_norm", a.head_dim, "replicated", linear=False)
+        return
+    o.add("self_attn.k_proj", h * a.kv_heads * a.head_dim, "kv", kv_heads=a.kv_heads)
+    o.add("self_attn.v_proj", h * a.kv_heads * a.v_head_dim, "kv", kv_heads=a.kv_heads)
+    o.add("self_attn.o_proj", a.heads * a.v_head_dim * h, "row")
+    if s.attention_bias:
+        o.add("self_attn.qkv_proj.bias", a.heads * a.head_dim + a.kv_heads * (a.head_dim + a.v_head_dim), "col",
+              linear=False)
+    if s.qk_norm:
+        o.add("self_attn.qk_norm", 2 * a.head_dim, "replicated", linear=False)
+    if a.sinks:
+        o.add("self_attn.attention_sink_bias", a.heads, "col", linear=False)
 
 
 def _gqa(s: ModelSpec, o: _Out) -> None:
@@ -99,7 +122,12 @@ def _kda(st: StateSpec, h: int, o: _Out) -> None:
 
 def _mixer(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
     if layer.has_kv:
-        (_mla(s, layer.index, o) if s.mla is not None else _gqa(s, o))
+        if s.mla is not None:
+            _mla(s, layer.index, o)
+        elif s.attn_shapes:
+            _shaped(s, layer, o)
+        else:
+            _gqa(s, o)
     elif layer.has_state and s.state is not None:
         {"gdn": _gdn, "mamba2": _mamba2, "kda": _kda}[s.state.kind](s.state, s.hidden_size, o)
 
@@ -108,7 +136,7 @@ def _mlp(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
     h = s.hidden_size
     gated = s.moe.gated if s.moe is not None else s.family != "nemotron_h"
     if layer.mlp == "dense" or (layer.mlp == "moe" and s.moe is None):
-        inter = s.intermediate_size
+        inter = s.intermediate_size * (2 if layer.wide_mlp else 1)
         o.add("mlp.gate_up_proj", (2 if gated else 1) * h * inter, "col", role="dense_mlp")
         o.add("mlp.down_proj", inter * h, "row", role="dense_mlp")
         return
@@ -123,7 +151,7 @@ def _mlp(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
     if m.has_bias:
         o.add("mlp.experts.bias", m.n_routed * (2 * m.intermediate + h), "expert", linear=False, role="experts")
     if m.shared_intermediate:
-        n = m.shared_intermediate
+        n = m.shared_intermediate * (2 if layer.wide_mlp else 1)
         o.add("mlp.shared_experts.gate_up_proj", (2 if gated else 1) * h * n, "col", role="shared")
         o.add("mlp.shared_experts.down_proj", n * h, "row", role="shared")
         if s.family in ("qwen_moe", "qwen3_next", "qwen3_5"):
@@ -135,14 +163,34 @@ def layer_tensors(s: ModelSpec, layer: LayerSpec, prefix: str) -> list[Tensor]:
     o.add("norms", s.layer_norms * s.hidden_size, "replicated", linear=False, role="norm")
     _mixer(s, layer, o)
     _mlp(s, layer, o)
+    if s.per_layer_input:  # gemma4.py Gemma4DecoderLayer: per_layer_input_gate, per_layer_projection (replicated)
+        p, h = s.per_layer_input, s.hidden_size
+        o.add("per_layer_input_gate", h * p, "replicated", role="embed")
+        o.add("per_layer_projection", p * h, "replicated", role="embed")
+        o.add("post_per_layer_input_norm", h, "replicated", linear=False, role="norm")
     return o.items
+
+
+def _per_layer_embeddings(s: ModelSpec) -> list[Tensor]:
+    """gemma4.py Gemma4Model.__init__: embed_tokens_per_layer (VocabParallelEmbedding of vocab_size_per_layer_input
+    x num_hidden_layers * hidden_size_per_layer_input), per_layer_model_projection (ColumnParallelLinear from
+    hidden_size to the same width), per_layer_projection_norm."""
+    if not s.per_layer_input:
+        return []
+    width = s.num_layers * s.per_layer_input
+    return [Tensor(module="model.embed_tokens_per_layer", numel=s.per_layer_vocab * width, split="vocab",
+                   where="embed", linear=False, role="embed"),
+            Tensor(module="model.per_layer_model_projection", numel=s.hidden_size * width, split="col",
+                   where="embed", role="embed"),
+            Tensor(module="model.per_layer_projection_norm", numel=s.per_layer_input, split="replicated",
+                   where="embed", linear=False, role="norm")]
 
 
 def model_tensors(s: ModelSpec, include_mtp: bool = False) -> list[Tensor]:
     """Every weight tensor in vLLM's layout (fused projections counted as their parts)."""
     h = s.hidden_size
     out = [Tensor(module="model.embed_tokens", numel=s.vocab_size * h, split="vocab", where="embed", linear=False,
-                  role="embed")]
+                  role="embed"), *_per_layer_embeddings(s)]
     for layer in s.layers:
         out.extend(layer_tensors(s, layer, f"model.layers.{layer.index}"))
     if s.vision is not None:

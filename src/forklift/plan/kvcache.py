@@ -70,6 +70,8 @@ class Bucket:
     spec: LayerKv
     layers: int
     groups: int
+    block: int = 0
+    """This bucket's tokens per block after page unification (0: the layout's block size)."""
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,8 @@ class KvLayout:
     def n_groups(self) -> int:
         return 1 if self.uniform else sum(b.groups for b in self.buckets)
 
-    def _blocks_for(self, spec: LayerKv, length: int) -> int:
-        bs, c = self.block_size, self.cfg
+    def _blocks_for(self, spec: LayerKv, length: int, block: int = 0) -> int:
+        bs, c = block or self.block_size, self.cfg
         if spec.kind == "mamba":
             if c.mamba_mode == "all":
                 return cdiv(length, self.mamba_block) + c.num_spec
@@ -110,7 +112,7 @@ class KvLayout:
         n = length or self.cfg.max_model_len
         if self.uniform:
             return max(self._blocks_for(b.spec, n) for b in self.buckets)
-        return sum(b.groups * self._blocks_for(b.spec, n) for b in self.buckets)
+        return sum(b.groups * self._blocks_for(b.spec, n, b.block) for b in self.buckets)
 
     def needed_bytes(self, length: int | None = None) -> int:
         """Bytes one request needs (the startup check); 0.33 also keeps one null block."""
@@ -126,8 +128,9 @@ class KvLayout:
 
     def tokens(self, num_blocks: int) -> int:
         """vLLM's "GPU KV cache size: N tokens" (0.21+: int(concurrency x max_model_len))."""
-        if self.cfg.tokens_formula == "blocks":
-            return num_blocks // self.n_groups * self.block_size * self.cfg.dcp
+        if self.cfg.tokens_formula == "blocks":  # the smallest group block (pre-0.21 get_kv_cache_config)
+            block = min((b.block or self.block_size for b in self.buckets), default=self.block_size)
+            return num_blocks // self.n_groups * block * self.cfg.dcp
         return int(self.concurrency(num_blocks) * self.cfg.max_model_len)
 
 
@@ -197,15 +200,49 @@ def layout(layers: list[LayerKv], kv_config: KvConfig) -> KvLayout:
     if _uniform_type(layers):
         buckets = tuple(Bucket(specs[k], n, 1) for k, n in counts.items())
         return KvLayout(kv_config, bs, padded, mamba_block, True, buckets, len(layers), sum(pages), per_token, state)
-    if len(set(pages)) != 1:
-        raise PlanError(f"KV pages of different sizes on one worker ({sorted(set(pages))} bytes): vLLM would rescale "
-                        "block sizes per group (unify_kv_cache_spec_page_size), which the planner does not model",
-                        fix="Plan without memory figures, or use one kv_cache_dtype for every layer.")
+    blocks, page, unify_notes = unify_pages(specs, bs, padded)
     size = _group_size(list(counts.values()))
-    buckets = tuple(Bucket(specs[k], n, cdiv(n, size)) for k, n in counts.items())
+    buckets = tuple(Bucket(specs[k], n, cdiv(n, size), blocks[k]) for k, n in counts.items())
     pad = sum(b.groups * size - b.layers for b in buckets)
     notes = (f"{pad} padding layer(s) in the KV groups (group size {size})",) if pad else ()
-    return KvLayout(kv_config, bs, padded, mamba_block, False, buckets, size, pages[0] * size, per_token, state, notes)
+    return KvLayout(kv_config, bs, padded, mamba_block, False, buckets, size, page * size, per_token, state,
+                    notes + unify_notes)
+
+
+def unify_pages(specs: dict[tuple[str, int, int, int | None], LayerKv], bs: int,
+                padded: int | None) -> tuple[dict[tuple[str, int, int, int | None], int], int, tuple[str, ...]]:
+    """(tokens per block per spec, the common page, notes): v1/core/kv_cache_utils.py unify_kv_cache_spec_page_size
+    (0.32.0), which get_kv_cache_groups runs before _get_kv_cache_groups_uniform_page_size when the layers' pages
+    differ and the resolved KV layout is not block-outermost (_get_packed_kv_cache_groups returns None: the CPU
+    backend's LBHNC, cpu_attn.py supported_kv_cache_layouts; CUDA's default LBNHC, backends/utils.py
+    _DEFAULT_LAYOUT_PREFERENCE). The largest page stays; a smaller page that divides it takes ratio x the block
+    (replace(block_size=block_size * ratio)); a Mamba page, or a non-MLA attention page that does not divide it, is
+    padded to it (page_size_padded) at its own block; an MLA page that does not divide it is NotImplementedError."""
+    pages = {k: (padded or x.state) if x.kind == "mamba" else bs * x.per_token for k, x in specs.items()}
+    top = max(pages.values())
+    blocks: dict[tuple[str, int, int, int | None], int] = {}
+    padded_kinds: list[str] = []
+    for key, page in pages.items():
+        spec = specs[key]
+        if page == top or spec.kind == "mamba":
+            blocks[key] = bs
+        elif top % page == 0:
+            blocks[key] = bs * (top // page)
+        elif spec.kind != "mla":
+            blocks[key] = bs
+            padded_kinds.append(spec.kind)
+        else:
+            raise PlanError(f"KV pages of different sizes on one worker ({sorted(set(pages.values()))} bytes) with an "
+                            "MLA page that does not divide the largest: vLLM's unify_kv_cache_spec_page_size raises "
+                            "and its full-allocation fallback (_try_get_full_allocation_fallback_groups) is not "
+                            "modelled", fix="Plan without memory figures, or use one kv_cache_dtype for every layer.")
+    notes: tuple[str, ...] = ()
+    if len(set(pages.values())) > 1:
+        scaled = sorted({b for b in blocks.values() if b != bs})
+        notes = (f"KV pages unified to {top:,} bytes (unify_kv_cache_spec_page_size): block {bs}"
+                 + (f", scaled to {', '.join(map(str, scaled))} on the smaller pages" if scaled else "")
+                 + (f", {', '.join(sorted(set(padded_kinds)))} pages padded" if padded_kinds else ""),)
+    return blocks, top, notes
 
 
 class NeedsBytes(Protocol):

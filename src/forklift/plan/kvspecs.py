@@ -96,10 +96,16 @@ def _tq_slot(row: dict[str, Any], head: int) -> int:
     return slot + slot % 2
 
 
-def gqa_token_bytes(kv_dtype: str, heads: int, head: int, model_dtype_bytes: int) -> int:
-    """One attention layer's bytes per token on one worker (``heads`` KV heads of ``head_size``)."""
+def gqa_token_bytes(kv_dtype: str, heads: int, head: int, model_dtype_bytes: int, head_v: int | None = None) -> int:
+    """One attention layer's bytes per token on one worker (``heads`` KV heads of ``head_size``; ``head_v``: a V
+    head size other than K's, v1/kv_cache_interface.py AttentionSpec.state_content_size_bytes:
+    (head_size + head_size_v) x dtype bytes, read for dense dtypes only)."""
     row = _dtype_row(kv_dtype)
     form = row["form"]
+    if head_v is not None and head_v != head:
+        if form not in ("model", "dense") or row.get("scale_bytes"):
+            raise _unread(kv_dtype)
+        return heads * (head + head_v) * (model_dtype_bytes if form == "model" else int(row["bytes"]))
     if form == "turboquant":
         return heads * _tq_slot(row, head)
     if form == "unread":
@@ -184,8 +190,8 @@ class _LayerInputs:
     spec: ModelSpec
     x: KvInputs
     vr: rules.VersionRules
-    gqa: int
-    """GQA bytes per token per layer on one worker (0 on an MLA model)."""
+    gqa: dict[str, int]
+    """GQA bytes per token per layer on one worker, per attention mixer kind (empty on an MLA model)."""
     indexer_bytes: int
 
 
@@ -200,11 +206,11 @@ def _mla_layer(layer: LayerSpec, layer_inputs: _LayerInputs) -> list[LayerKv]:
 
 
 def _sliding_layer(layer: LayerSpec, layer_inputs: _LayerInputs) -> list[LayerKv]:
-    return [LayerKv("sliding", per_token=layer_inputs.gqa, window=layer_inputs.spec.sliding_window)]
+    return [LayerKv("sliding", per_token=layer_inputs.gqa["sliding"], window=layer_inputs.spec.sliding_window)]
 
 
 def _full_layer(layer: LayerSpec, layer_inputs: _LayerInputs) -> list[LayerKv]:
-    return [LayerKv("full", per_token=layer_inputs.gqa)]
+    return [LayerKv("full", per_token=layer_inputs.gqa["attention"])]
 
 
 LAYER_KINDS: tuple[tuple[str, Callable[[LayerSpec, ModelSpec], bool],
@@ -219,6 +225,8 @@ matches (an MoE-only or attention-free layer) holds no cache."""
 
 
 def _layer_kv(layer: LayerSpec, layer_inputs: _LayerInputs) -> list[LayerKv]:
+    if layer.kv_shared:  # gpu_model_runner.py get_kv_cache_spec: kv_sharing_target_layer_name -> no spec
+        return []
     build = next((b for _, test, b in LAYER_KINDS if test(layer, layer_inputs.spec)), None)
     return build(layer, layer_inputs) if build is not None else []
 
@@ -235,13 +243,20 @@ def layer_specs(spec: ModelSpec, start: int, end: int, last: bool, inputs: KvInp
                         "(platforms/interface.py _align_heterogeneous_kv_block_size), which the planner does not model",
                         fix="Plan with another serve.kv_cache_dtype, or calibrate from one startup log "
                         "(`forklift plan RECIPE --calibrate LOG`).")
-    gqa = gqa_token_bytes(inputs.kv_dtype, heads, spec.head_dim, inputs.model_dtype_bytes) if spec.mla is None else 0
+    gqa: dict[str, int] = {}
+    if spec.mla is None:
+        for mixer in ("attention", "sliding"):
+            shape = spec.attn_shape(mixer)
+            # the kind's own KV heads split by TP (at least one per rank: mimo_v2.py / gemma4.py *Attention.__init__)
+            kv_heads = max(1, shape.kv_heads // inputs.tp) if spec.attn_shapes else heads
+            gqa[mixer] = gqa_token_bytes(inputs.kv_dtype, kv_heads, shape.head_dim, inputs.model_dtype_bytes,
+                                         shape.v_head_dim)
     a = _LayerInputs(spec, inputs, release, gqa, int(rules.data()["indexer_bytes_per_token"]))
     out = [kv for layer in spec.layers[start:end] for kv in _layer_kv(layer, a)]
     if last and inputs.include_mtp:
         for _ in range(spec.mtp_layers):
-            out.append(LayerKv("mla", per_token=mla_bytes(spec, inputs)) if spec.mla else LayerKv("full",
-                                                                                                  per_token=gqa))
+            out.append(LayerKv("mla", per_token=mla_bytes(spec, inputs)) if spec.mla else LayerKv(
+                "full", per_token=gqa["attention"]))
             if spec.indexer is not None:
                 out.append(LayerKv("mla", per_token=a.indexer_bytes))
     return out

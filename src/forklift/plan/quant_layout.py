@@ -202,7 +202,8 @@ class LayerShapes:
         if tensor.numel % k:
             return None
         n_full = tensor.numel // k
-        ways = {"col": self.tp, "kv": min(self.tp, self.spec.num_kv_heads), "replicated": 1}.get(tensor.split)
+        kv = tensor.kv_ways(self.tp, self.spec.num_kv_heads)
+        ways = {"col": self.tp, "kv": kv, "replicated": 1}.get(tensor.split)
         if ways is None or n_full % ways:
             return None
         return k, n_full // ways, k

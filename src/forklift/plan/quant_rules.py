@@ -314,7 +314,7 @@ def _kernel_notes(spec: ModelSpec, scheme: QuantScheme, setup: Setup) -> list[st
     for t, _ in linears:
         got = layout.tensor_bytes(t)
         if got is not None:
-            ways = {"col": setup.tp, "row": setup.tp, "kv": min(setup.tp, spec.num_kv_heads)}.get(t.split, 1)
+            ways = {"col": setup.tp, "row": setup.tp, "kv": t.kv_ways(setup.tp, spec.num_kv_heads)}.get(t.split, 1)
             delta += got - t.numel / ways * scheme.linear_bytes
     if not layout.used or abs(delta) < 0.0005 * GIB:
         return []

@@ -29,7 +29,7 @@ def _divisor(tensor: Tensor, tp: int, spec: ModelSpec) -> float:
     if tensor.split in ("col", "row"):
         return float(tp)
     if tensor.split == "kv":
-        return float(min(tp, spec.num_kv_heads))
+        return float(tensor.kv_ways(tp, spec.num_kv_heads))
     if tensor.split == "vocab":
         return tp * spec.vocab_size / (cdiv(spec.vocab_size, _VOCAB_PAD * tp) * _VOCAB_PAD * tp)
     return 1.0

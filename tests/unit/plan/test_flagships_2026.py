@@ -2,20 +2,19 @@
 
 Each was read at the first vLLM release whose registry serves it (sdists 0.19.1-0.34.0); none can be planned with the
 cache kinds the planner has, so each plan stops and names the release, the source file and the missing cache spec.
+MiMo-V2 now plans (family mimo_v2, test_layer_kinds.py) except its published MXFP4-experts quantization.
 The strings asserted here are the names in vLLM's source (class, function, config key), not the planner's words:
 the test fails if a refusal loses the piece an owner would need to look up.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from forklift.errors import PlanError, UnknownArchitectureError
+from forklift.errors import UnknownArchitectureError
 from forklift.plan import make
-from forklift.plan.kvcache import KvConfig, LayerKv, layout
 from tests.unit.plan.conftest import recipe_for
 
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
@@ -31,9 +30,6 @@ CASES = {
     "glm-5.3-flash.json": ("Glm5NextForCausalLM", "0.30.0",
                            ("Glm5NextIndexerCache", "index_kpool", "KpoolTailSpec", "KDA",
                             "_get_kv_cache_groups_glm5_next", "mhc")),
-    "mimo-v2.6-flash.json": ("MiMoV2ForCausalLM", "0.21.0",
-                             ("mimo_v2.py", "swa_num_key_value_heads", "v_head_dim",
-                              "unify_kv_cache_spec_page_size", "store_dtype")),
 }
 
 
@@ -51,7 +47,7 @@ def test_flagship_on_two_sparks_is_refused_naming_release_and_missing_spec(tmp_p
 
 
 @pytest.mark.parametrize("arch", ["DeepseekV4ForConditionalGeneration", "Glm5NextForConditionalGeneration",
-                                  "MiMoV2FlashForCausalLM", "MiMoV2OmniForCausalLM", "Qwen4ExpForCausalLM"])
+                                  "MiMoV2OmniForCausalLM", "Qwen4ExpForCausalLM", "Gemma4ForConditionalGeneration"])
 def test_sibling_classes_are_refused_too_and_name_their_extra_tower_or_file(tmp_path: Path, arch: str) -> None:
     """The multimodal wrappers and the older MiMo class serve the same caches; planning them as anything else (or
     reporting them as unknown) would hide that the blocker is the same cache layout."""
@@ -61,24 +57,18 @@ def test_sibling_classes_are_refused_too_and_name_their_extra_tower_or_file(tmp_
     message = err.value.message
     assert arch in message and "is served by vLLM" in message
     extra = {"DeepseekV4ForConditionalGeneration": "vision", "Glm5NextForConditionalGeneration": "vision",
-             "MiMoV2FlashForCausalLM": "mimo_v2_flash.py", "MiMoV2OmniForCausalLM": "audio",
-             "Qwen4ExpForCausalLM": "CircularBufferSpec"}[arch]
+             "MiMoV2OmniForCausalLM": "audio", "Qwen4ExpForCausalLM": "CircularBufferSpec",
+             "Gemma4ForConditionalGeneration": "vision tower"}[arch]
     assert extra in message
 
 
-def test_mimo_pages_differ_by_layer_kind_which_is_why_it_is_refused() -> None:
-    """The reason MiMo-V2 needs page unification, from its config by hand (mimo_v2.py MiMoV2Attention.__init__ ->
-    AttentionSpec.real_page_size_bytes: block x kv_heads/TP x (head_size + head_size_v) x dtype bytes): at TP 2
-    and fp8 KV, block 16, a full layer's page is 16 x 2 x (192 + 128) = 10,240 bytes and a sliding layer's
-    16 x 4 x 320 = 20,480, so vLLM doubles the full layers' block (unify_kv_cache_spec_page_size); the planner's
-    layout keeps one page size and would refuse them later anyway."""
-    cfg = json.loads((CONFIGS / "mimo-v2.6-flash.json").read_text())
-    tp, block, fp8 = 2, 16, 1
-    full = block * cfg["num_key_value_heads"] // tp * (cfg["head_dim"] + cfg["v_head_dim"]) * fp8
-    swa = block * cfg["swa_num_key_value_heads"] // tp * (cfg["swa_head_dim"] + cfg["swa_v_head_dim"]) * fp8
-    assert (full, swa) == (10240, 20480)
-    layers = [LayerKv("full", per_token=full // block)] * 9 + [LayerKv("sliding", per_token=swa // block,
-                                                                        window=128)] * 39
-    with pytest.raises(PlanError) as err:
-        layout(layers, KvConfig(max_model_len=131072, mnbt=8192, block=block))
-    assert "different sizes" in err.value.message
+def test_mimo_published_quantization_is_refused_naming_store_dtype(tmp_path: Path) -> None:
+    """MiMo-V2.6's published config keeps experts in MXFP4 under an fp8 quantization_config (fp8.py Fp8Config
+    store_dtype): the planner refuses exactly that combination and names the piece it lacks."""
+    with pytest.raises(UnknownArchitectureError) as err:
+        make(recipe_for(tmp_path, CONFIGS / "mimo-v2.6-flash.json", hardware="gb10", nodes=2, tp=2,
+                        max_model_len=131072))
+    message = err.value.message
+    for name in ("MiMoV2ForCausalLM", "store_dtype", "mxfp4", "fp8.py", "Mxfp4MoEMethod"):
+        assert name.lower() in message.lower(), f"refusal lost {name}: {message}"
+    assert err.value.fix
