@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,19 @@ def test_mtp_needs_mtp_layers(tmp_path: Path) -> None:
     with pytest.raises(SpeculativeConfigError) as err2:
         make(llama)
     assert _ids(err2.value) == ["mtp-without-mtp-head"]
+
+
+@pytest.mark.parametrize("config", ["mimo_v2", "gemma4"])
+def test_mtp_on_a_family_whose_draft_is_not_counted_is_refused(tmp_path: Path, config: str) -> None:
+    """MiMo-V2 and Gemma 4 plan without drafts; their MTP drafts (mimo_v2_mtp.py, gemma4_mtp.py) are not counted,
+    so method mtp must refuse rather than plan a draft of zero bytes."""
+    cpu_tiny = Path(__file__).resolve().parents[2] / "data" / "calibration" / "cpu-tiny"
+    cfg = json.loads((cpu_tiny / f"{config}.config.json").read_text())
+    make(recipe_for(tmp_path, cfg, max_model_len=1024))  # plans without the draft
+    with pytest.raises(SpeculativeConfigError) as err:
+        make(recipe_for(tmp_path, cfg, max_model_len=1024, speculative={"method": "mtp"}))
+    assert _ids(err.value) == ["mtp-layers-not-modelled"]
+    assert "forklift probe" in (err.value.fix or "")
 
 
 def test_draft_tensor_parallel_size_in_vllms_words(tmp_path: Path) -> None:
