@@ -408,13 +408,16 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
     """A ModelSpec from a parsed config.json, through the family's rules."""
     cfg = text_config(raw)
     arch, family, fam = family_for(cfg, source)
-    if _vision_arch(fam, arch) and "tie_word_embeddings" not in cfg and "tie_word_embeddings" in raw:
+    if (_vision_arch(fam, arch) or _text_only(fam, arch)) and "tie_word_embeddings" not in cfg and \
+            "tie_word_embeddings" in raw:
         cfg = {**cfg, "tie_word_embeddings": raw["tie_word_embeddings"]}  # assumption: the wrapper's flag
     if fam.get("defaults"):  # the transformers config class's field defaults, which vLLM sees for absent keys
         cfg = {**fam["defaults"], **{k: v for k, v in cfg.items() if v is not None}}
     ctx = (source, arch)
     check_required(cfg, fam, ctx)
     check_unmodelled(cfg, fam, ctx)
+    if _text_only(fam, arch):
+        check_unmodelled(cfg, fam["text_only"], ctx)
     n = num_layers(cfg, fam, ctx)
     plan = LAYER_RULES[fam["layers"]["rule"]](cfg, n, fam["layers"], ctx)
     moe, mlps = MLP_RULES[fam["mlp"]["rule"]](cfg, n, plan, ctx)
@@ -454,6 +457,7 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
         supports_mamba_prefix_caching=bool(fam.get("supports_mamba_prefix_caching")), vllm_min=ssm_vllm_min,
         mtp_layers=_int_or(cfg, str(mtp["key"]), 0), mtp_proj_split=mtp["proj_split"], mtp_norms=int(mtp["norms"]),
         vision=_vision(raw, fam, arch, hidden, source),
+        text_only=_text_only(fam, arch),
         rope_caches=rope_caches(cfg, fam, plan, head_dim, _DTYPE_BYTES.get(dtype, 2)),
         quant=scheme_from_config(cfg.get("quantization_config"), source=source),
     )
@@ -466,6 +470,13 @@ _MTP_DEFAULT: dict[str, Any] = {"key": "num_nextn_predict_layers", "proj_split":
 
 def _vision_arch(fam: dict[str, Any], arch: str) -> bool:
     return bool(fam.get("vision")) and arch in fam["vision"]["archs"]
+
+
+def _text_only(fam: dict[str, Any], arch: str) -> tuple[str, ...]:
+    """The modalities that must be off for ``arch`` to plan as its language model (architectures.yaml
+    ``text_only``); () when the architecture has no unshaped tower."""
+    entry = fam.get("text_only") or {}
+    return tuple(entry.get("modalities", ())) if arch in entry.get("archs", ()) else ()
 
 
 def _vision(raw: Cfg, fam: dict[str, Any], arch: str, text_hidden: int, source: str) -> VisionSpec | None:

@@ -205,6 +205,9 @@ class ModelSpec(Frozen):
     mtp_proj_split: Split = "replicated"
     mtp_norms: int = 4
     vision: VisionSpec | None = None  # a multimodal wrapper's vision tower (forklift.model.vision)
+    text_only: tuple[str, ...] = ()
+    """A multimodal wrapper whose towers the planner has no shape for, planned as its language model alone: the
+    modalities whose limit_mm_per_prompt must be 0 (vLLM then never builds the towers) for the plan to hold."""
     rope_caches: tuple[RopeCache, ...] = ()  # only for families whose entry names them (architectures.yaml)
     quant: QuantScheme
     per_layer_input: int = 0

@@ -14,6 +14,7 @@ from forklift.errors import ForkliftError, PlanError
 from forklift.hardware.profiles import NetworkProfile
 from forklift.hardware.profiles import network as get_network
 from forklift.model.load import SpecSource, spec_for
+from forklift.model.spec import ModelSpec
 from forklift.model.tensors import param_count
 from forklift.plan import calibrate, interval, kvspecs, rules
 from forklift.plan.advice import advice, balanced_partition
@@ -253,6 +254,7 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
     # [speculative] refuse what vLLM rejects before the model is read, then the model-dependent rules
     speculative.check(deployment.recipe, vllm_version=vllm_version, default_version=rules.default_version())
     src = source or spec_for(deployment.recipe.model)
+    _towers_off(deployment.recipe, src.spec)
     speculative.check(deployment.recipe, vllm_version=vllm_version, default_version=rules.default_version(),
                       model=src.spec)
     vr = rules.rules_for(vllm_version)
@@ -270,6 +272,21 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
         patch_notes = [f"no --vllm-version: planned for vLLM {probed_version}, the release the probe of these nodes "
                        "ran", *patch_notes]
     return plan.model_copy(update={"notes": [*plan.notes, *patch_notes]}) if patch_notes else plan
+
+
+def _towers_off(recipe: Recipe, spec: ModelSpec) -> None:
+    """A wrapper planned as its language model alone (ModelSpec.text_only) holds only while vLLM builds none of its
+    towers: every listed modality at limit_mm_per_prompt 0 (an absent one keeps vLLM's default, which builds it)."""
+    limits = recipe.serve.multimodal.limit_mm_per_prompt or {}
+    on = [m for m in spec.text_only if limits.get(m) != 0]
+    if on:
+        off = ", ".join(f"{m}: 0" for m in spec.text_only)
+        raise PlanError(
+            f"{spec.architecture} builds its {' / '.join(on)} tower(s) unless their limit_mm_per_prompt is 0, and the "
+            "planner has no shape for them (their weights and the encoder's profile run would be missing from the "
+            "plan); its language model alone plans",
+            fix=f"Serve it for text: --set 'serve.multimodal.limit_mm_per_prompt={{{off}}}' (vLLM then builds no "
+            "tower), or measure it with the towers on: `forklift probe RECIPE`.")
 
 
 def _probed_version(ctx: Context) -> str | None:

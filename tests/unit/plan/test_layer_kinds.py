@@ -258,3 +258,55 @@ def test_kv_projections_split_by_their_own_kinds_kv_heads() -> None:
     by = {t.module: t for t in model_tensors(spec)}
     assert by["model.layers.0.self_attn.k_proj"].kv_ways(4, spec.num_kv_heads) == 4
     assert by["model.layers.5.self_attn.k_proj"].kv_ways(4, spec.num_kv_heads) == 2
+
+
+def _gemma4_wrapper(text: dict[str, Any]) -> dict[str, Any]:
+    """A Gemma 4 multimodal config as published: the language model under text_config, towers beside it (their
+    shapes are not read: the planner has none)."""
+    inner = {k: v for k, v in text.items() if k not in ("architectures", "tie_word_embeddings")}
+    return {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": inner,
+            "vision_config": {"model_type": "gemma4_vision", "hidden_size": 64},
+            "audio_config": {"model_type": "gemma4_audio", "hidden_size": 64},
+            "tie_word_embeddings": text["tie_word_embeddings"]}
+
+
+TEXT_ONLY = {"image": 0, "video": 0, "audio": 0}
+
+
+def test_gemma4_multimodal_with_every_tower_off_plans_as_its_language_model(tmp_path: Path) -> None:
+    """gemma4_mm.py @0.32.0 builds the vision / audio towers under _mark_tower_model, which builds nothing when every
+    modality of the tower has limit 0; what is left is Gemma4ForCausalLM on text_config, so the wrapper's plan
+    equals the text model's, figure for figure."""
+    text = json.loads(GEMMA4.read_text())
+    alone = make(recipe_for(tmp_path, text, max_model_len=4096))
+    wrapped = make(recipe_for(tmp_path, _gemma4_wrapper(text), max_model_len=4096,
+                              multimodal={"limit_mm_per_prompt": TEXT_ONLY}))
+    assert wrapped.kv_tokens == alone.kv_tokens and wrapped.num_blocks == alone.num_blocks
+    assert [r.weights_gib for r in wrapped.ranks] == [r.weights_gib for r in alone.ranks]
+    assert [r.kv_pool_gib for r in wrapped.ranks] == [r.kv_pool_gib for r in alone.ranks]
+
+
+@pytest.mark.parametrize(("limits", "named"), [
+    (None, "image / video / audio"),
+    ({"image": 0, "video": 0}, "audio"),
+    ({"image": 1, "video": 0, "audio": 0}, "image"),
+])
+def test_gemma4_multimodal_with_a_tower_on_is_refused_naming_the_setting(
+        tmp_path: Path, limits: dict[str, int] | None, named: str) -> None:
+    cfg = _gemma4_wrapper(json.loads(GEMMA4.read_text()))
+    serve: dict[str, Any] = {"max_model_len": 4096}
+    if limits is not None:
+        serve["multimodal"] = {"limit_mm_per_prompt": limits}
+    with pytest.raises(PlanError) as err:
+        make(recipe_for(tmp_path, cfg, **serve))
+    assert f"builds its {named} tower(s)" in err.value.message
+    assert "serve.multimodal.limit_mm_per_prompt={image: 0, video: 0, audio: 0}" in (err.value.fix or "")
+
+
+def test_gemma4_multimodal_with_per_layer_embeddings_is_refused(tmp_path: Path) -> None:
+    """The wrapper allocates a max_num_batched_tokens x layers x hidden_size_per_layer_input buffer at load
+    (gemma4_mm.py per_layer_embeddings) the planner does not count: the E-style configs are refused, by name."""
+    cfg = _gemma4_wrapper(json.loads((TINY / "gemma4_e.config.json").read_text()))
+    with pytest.raises(UnknownArchitectureError) as err:
+        make(recipe_for(tmp_path, cfg, max_model_len=4096, multimodal={"limit_mm_per_prompt": TEXT_ONLY}))
+    assert "hidden_size_per_layer_input" in err.value.message and "per_layer_embeddings" in err.value.message
