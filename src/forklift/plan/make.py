@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from forklift import speculative
-from forklift.errors import ForkliftError, PlanError
+from forklift.errors import ForkliftError, PlanError, UnknownArchitectureError
 from forklift.hardware.profiles import NetworkProfile
 from forklift.hardware.profiles import network as get_network
 from forklift.model.load import SpecSource, spec_for
@@ -276,12 +276,14 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
 
 def _towers_off(recipe: Recipe, spec: ModelSpec) -> None:
     """A wrapper planned as its language model alone (ModelSpec.text_only) holds only while vLLM builds none of its
-    towers: every listed modality at limit_mm_per_prompt 0 (an absent one keeps vLLM's default, which builds it)."""
+    towers: every listed modality at limit_mm_per_prompt 0 (an absent one keeps vLLM's default, which builds it).
+    Otherwise the model is one the planner cannot describe (UnknownArchitectureError: `up` goes on without memory
+    figures, as for any unplanned model)."""
     limits = recipe.serve.multimodal.limit_mm_per_prompt or {}
     on = [m for m in spec.text_only if limits.get(m) != 0]
     if on:
         off = ", ".join(f"{m}: 0" for m in spec.text_only)
-        raise PlanError(
+        raise UnknownArchitectureError(
             f"{spec.architecture} builds its {' / '.join(on)} tower(s) unless their limit_mm_per_prompt is 0, and the "
             "planner has no shape for them (their weights and the encoder's profile run would be missing from the "
             "plan); its language model alone plans",
