@@ -133,8 +133,9 @@ def between_starts(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *
     """mean(B) / mean(A) - 1 (geometric means over starts of the per-start geometric mean of runs) with a t
     interval whose variance pools the starts' spread on both sides with the prior (see the module's doc).
     ``a`` and ``b`` hold, per start, the metric's value of each run. None when a side has no positive value."""
-    logs_a = [np.log(np.asarray(s, dtype=float)) for s in a if len(s)]
-    logs_b = [np.log(np.asarray(s, dtype=float)) for s in b if len(s)]
+    with np.errstate(divide="ignore", invalid="ignore"):  # a value <= 0 gives -inf / nan: refused just below
+        logs_a = [np.log(np.asarray(s, dtype=float)) for s in a if len(s)]
+        logs_b = [np.log(np.asarray(s, dtype=float)) for s in b if len(s)]
     if not logs_a or not logs_b or not all(np.isfinite(x).all() for x in (*logs_a, *logs_b)):
         return None
     starts_a = np.array([x.mean() for x in logs_a])
