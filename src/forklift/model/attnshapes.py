@@ -69,7 +69,6 @@ def check_unmodelled(cfg: Cfg, fam: dict[str, Any], ctx: tuple[str, str]) -> Non
                 "and read vLLM's own 'Available KV cache memory' / 'KV cache size' lines.")
 
 
-
 def layer_flags(cfg: Cfg, fam: dict[str, Any], n: int) -> tuple[set[int], set[int]]:
     """(layers that read an earlier layer's cache, layers whose MLP is twice as wide), for families with
     ``kv_sharing: gemma4``: gemma4.py Gemma4Attention.__init__ makes the last num_kv_shared_layers layers

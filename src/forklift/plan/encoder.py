@@ -46,10 +46,11 @@ class EncoderProfile:
     skipped: str = ""  # why the pass does not run ('' when it runs)
 
 
-def tower_built(multimodal: Multimodal) -> bool:
-    """interfaces.py SupportsMultiModal._mark_tower_model: a tower whose modalities all have limit 0 is never built."""
+def tower_built(multimodal: Multimodal, modalities: tuple[str, ...] = ("image", "video")) -> bool:
+    """interfaces.py SupportsMultiModal._mark_tower_model: a tower whose modalities all have limit 0 is never built
+    (``modalities``: the tower's; a vision tower's by default)."""
     lim = multimodal.limit_mm_per_prompt
-    return lim is None or any(lim.get(m, DEFAULT_LIMIT) > 0 for m in ("image", "video"))
+    return lim is None or any(lim.get(m, DEFAULT_LIMIT) > 0 for m in modalities)
 
 
 def tokens_per_item(vision_spec: VisionSpec, multimodal: Multimodal) -> tuple[int, int]:

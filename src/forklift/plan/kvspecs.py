@@ -234,7 +234,6 @@ def _layer_kv(layer: LayerSpec, layer_inputs: _LayerInputs) -> list[LayerKv]:
 def layer_specs(spec: ModelSpec, start: int, end: int, last: bool, inputs: KvInputs,
                 release: rules.VersionRules) -> list[LayerKv]:
     """The cache specs of the layers [start, end) on one worker (+ MTP draft layers on the last stage)."""
-    heads = max(1, spec.num_kv_heads // inputs.tp)
     if inputs.kv_dtype.startswith("turboquant_") and not spec.is_hybrid and spec.mla is None:
         raise PlanError(f"--kv-cache-dtype {inputs.kv_dtype} on a model without linear-attention layers: vLLM keeps "
                         "the "
@@ -247,8 +246,9 @@ def layer_specs(spec: ModelSpec, start: int, end: int, last: bool, inputs: KvInp
     if spec.mla is None:
         for mixer in ("attention", "sliding"):
             shape = spec.attn_shape(mixer)
-            # the kind's own KV heads split by TP (at least one per rank: mimo_v2.py / gemma4.py *Attention.__init__)
-            kv_heads = max(1, shape.kv_heads // inputs.tp) if spec.attn_shapes else heads
+            # the kind's KV heads split by TP, at least one per rank (ModelSpec.attn_shape falls back to the
+            # model's num_kv_heads / head_dim where the family gives its kinds no shape of their own)
+            kv_heads = max(1, shape.kv_heads // inputs.tp)
             gqa[mixer] = gqa_token_bytes(inputs.kv_dtype, kv_heads, shape.head_dim, inputs.model_dtype_bytes,
                                          shape.v_head_dim)
     a = _LayerInputs(spec, inputs, release, gqa, int(rules.data()["indexer_bytes_per_token"]))

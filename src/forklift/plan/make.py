@@ -16,7 +16,7 @@ from forklift.hardware.profiles import network as get_network
 from forklift.model.load import SpecSource, spec_for
 from forklift.model.spec import ModelSpec
 from forklift.model.tensors import param_count
-from forklift.plan import calibrate, interval, kvspecs, rules
+from forklift.plan import calibrate, encoder, interval, kvspecs, rules
 from forklift.plan.advice import advice, balanced_partition
 from forklift.plan.core import GIB, Context, Core, context, core, probe_for
 from forklift.plan.files import model_files
@@ -279,8 +279,7 @@ def _towers_off(recipe: Recipe, spec: ModelSpec) -> None:
     towers: every listed modality at limit_mm_per_prompt 0 (an absent one keeps vLLM's default, which builds it).
     Otherwise the model is one the planner cannot describe (UnknownArchitectureError: `up` goes on without memory
     figures, as for any unplanned model)."""
-    limits = recipe.serve.multimodal.limit_mm_per_prompt or {}
-    on = [m for m in spec.text_only if limits.get(m) != 0]
+    on = [m for m in spec.text_only if encoder.tower_built(recipe.serve.multimodal, (m,))]
     if on:
         off = ", ".join(f"{m}: 0" for m in spec.text_only)
         raise UnknownArchitectureError(
