@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from forklift.errors import ModelError, UnknownArchitectureError
 from forklift.model.attnshapes import SHAPE_RULES, check_unmodelled, layer_flags, per_layer_inputs
 from forklift.model.configjson import Cfg, lookup, need_int
+from forklift.model.csa import csa_rope_caches, csa_spec
 from forklift.model.mlprules import MLP_RULES
 from forklift.model.quant import scheme_from_config
 from forklift.model.spec import (
@@ -421,7 +422,8 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
     n = num_layers(cfg, fam, ctx)
     plan = LAYER_RULES[fam["layers"]["rule"]](cfg, n, fam["layers"], ctx)
     moe, mlps = MLP_RULES[fam["mlp"]["rule"]](cfg, n, plan, ctx)
-    mla = mla_spec(cfg, ctx) if fam["attention"] == "mla" else None
+    csa = csa_spec(cfg, n, ctx) if fam.get("csa") else None  # DeepSeek-V4: its own latent, no kv_lora_rank
+    mla = mla_spec(cfg, ctx) if fam["attention"] == "mla" and csa is None else None
     heads = need_int(cfg, "num_attention_heads", ctx)
     hidden = need_int(cfg, "hidden_size", ctx)
     owners = indexer_owners(cfg, n) if fam.get("indexer") else ()
@@ -452,13 +454,14 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
         attention_bias=bool(attn.get("qkv_bias")) or bool(cfg.get(attn.get("bias_key", "attention_bias"), False)),
         qk_norm=bool(attn.get("qk_norm")) or bool(cfg.get("use_qk_norm")) or cfg.get("model_type") == "qwen3",
         gated_q=bool(attn.get("gated_q")), sliding_window=int(sliding) if sliding else None,
-        layers=_layers(plan, mlps, set(owners), layer_flags(cfg, fam, n)), moe=moe, mla=mla, indexer=indexer,
+        layers=_layers(plan, mlps, set(owners), layer_flags(cfg, fam, n)), moe=moe, mla=mla, indexer=indexer, csa=csa,
         state=state_spec(cfg, fam, ctx),
         supports_mamba_prefix_caching=bool(fam.get("supports_mamba_prefix_caching")), vllm_min=ssm_vllm_min,
         mtp_layers=_int_or(cfg, str(mtp["key"]), 0), mtp_proj_split=mtp["proj_split"], mtp_norms=int(mtp["norms"]),
         vision=_vision(raw, fam, arch, hidden, source),
         text_only=_text_only(fam, arch),
-        rope_caches=rope_caches(cfg, fam, plan, head_dim, _DTYPE_BYTES.get(dtype, 2)),
+        rope_caches=csa_rope_caches(cfg, csa) if csa is not None else rope_caches(
+            cfg, fam, plan, head_dim, _DTYPE_BYTES.get(dtype, 2)),
         quant=scheme_from_config(cfg.get("quantization_config"), source=source),
     )
 

@@ -45,6 +45,17 @@ def _deepseek(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result
     return _first_k_dense_moe(cfg, n, ctx, "n_routed_experts", "n_shared_experts", "num_experts_per_tok")
 
 
+def _deepseek_v4(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
+    """models/deepseek_v4/cpu/model.py DeepseekV4DecoderLayer: every layer's ffn is a DeepseekV4MoE (routed
+    experts, n_shared_experts x moe_intermediate_size shared MLP); its router extras (hash table or fp32 bias) are
+    the family's own tensors (tensors.py _csa_router)."""
+    inter = need_int(cfg, "moe_intermediate_size", ctx)
+    shared = int(cfg.get("n_shared_experts") or 0)
+    moe = MoESpec(n_routed=need_int(cfg, "n_routed_experts", ctx), top_k=need_int(cfg, "num_experts_per_tok", ctx),
+                  n_shared=shared, intermediate=inter, shared_intermediate=shared * inter)
+    return moe, ["moe"] * n
+
+
 def _qwen(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
     """qwen3_moe.py / qwen3_next.py: MoE unless in mlp_only_layers or (i + 1) % decoder_sparse_step != 0."""
     n_routed = int(lookup(cfg, ["num_experts", "num_local_experts"]) or 0)
@@ -153,5 +164,5 @@ def _gemma4(cfg: Cfg, n: int, plan: LayerPlan, ctx: tuple[str, str]) -> Result:
 MLP_RULES: dict[str, Callable[[Cfg, int, LayerPlan, tuple[str, str]], Result]] = {
     "dense": _dense, "deepseek_moe": _deepseek, "qwen_moe": _qwen, "minimax_moe": _minimax,
     "gpt_oss_moe": _gpt_oss, "kimi_moe": _kimi, "nemotron": _nemotron, "ernie_moe": _ernie,
-    "mimo_v2_moe": _mimo_v2, "gemma4_moe": _gemma4,
+    "mimo_v2_moe": _mimo_v2, "gemma4_moe": _gemma4, "deepseek_v4_moe": _deepseek_v4,
 }

@@ -47,6 +47,7 @@ class Tensor:
     linear: bool = True
     role: Role = "attn"
     kv_heads: int = 0  # split "kv": the KV heads of this tensor's layer kind (0: ModelSpec.num_kv_heads)
+    dtype_bytes: int = 0  # a dtype the model class fixes whatever the checkpoint (fp32 / int32); 0: the scheme's
 
     def kv_ways(self, tp: int, model_kv_heads: int) -> int:
         """How many ways TP splits a "kv" tensor: its KV heads, at most tp (QKVParallelLinear replicates the rest)."""
@@ -100,6 +101,28 @@ class IndexerSpec(Frozen):
     head_dim: int
     layers: tuple[int, ...]
     topk: int = 2048
+
+
+class CompressedMlaSpec(Frozen):
+    """DeepSeek-V4's compressed sparse MLA (vLLM 0.32.0 models/deepseek_v4/attention.py DeepseekV4Attention,
+    compressor.py DeepseekCompressor): one latent head of ``head_dim`` per layer, a sliding window over the raw
+    tokens on every layer, and on layers whose ``compress_ratios`` entry is > 1 a cache of one compressed row per
+    ratio tokens (ratio 4 adds a lightning indexer); hyper-connections (``hc_mult`` residual streams) around each
+    block; hash-routed MoE on the first ``num_hash_layers`` layers."""
+
+    head_dim: int
+    rope_head_dim: int
+    q_lora_rank: int
+    o_lora_rank: int
+    o_groups: int
+    window: int
+    ratios: tuple[int, ...]  # max(1, compress_ratios[i]) per decoder layer (attention.py: 1 = sliding window only)
+    index_n_heads: int
+    index_head_dim: int
+    index_topk: int
+    hc_mult: int
+    num_hash_layers: int
+    noaux_bias: bool  # topk_method noaux_tc: an fp32 e_score_correction_bias on the non-hash MoE layers
 
 
 class StateSpec(Frozen):
@@ -214,6 +237,7 @@ class ModelSpec(Frozen):
     """Gemma 4 per-layer embeddings (PLE): hidden_size_per_layer_input (0: none)."""
     per_layer_vocab: int = 0
     """Gemma 4 PLE table rows: vocab_size_per_layer_input."""
+    csa: CompressedMlaSpec | None = None  # DeepSeek-V4's compressed sparse MLA (family deepseek_v4)
     attn_shapes: tuple[AttnShape, ...] = ()
     """Per attention layer kind, where the family gives kinds their own shape; empty: every attention layer has
     num_heads / num_kv_heads / head_dim (K and V alike)."""

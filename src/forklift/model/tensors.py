@@ -15,9 +15,9 @@ class _Out:
         self.items: list[Tensor] = []
 
     def add(self, mod: str, n: int, split: Split, *, linear: bool = True, role: Role = "attn",
-            kv_heads: int = 0) -> None:
+            kv_heads: int = 0, dtype_bytes: int = 0) -> None:
         self.items.append(Tensor(module=f"{self.prefix}.{mod}", numel=n, split=split, layer=self.layer, linear=linear,
-                                 role=role, kv_heads=kv_heads))
+                                 role=role, kv_heads=kv_heads, dtype_bytes=dtype_bytes))
 
 
 def _mla(s: ModelSpec, i: int, o: _Out) -> None:
@@ -40,6 +40,54 @@ def _mla(s: ModelSpec, i: int, o: _Out) -> None:
         o.add("self_attn.indexer.wk", h * ix.head_dim, "replicated", role="indexer")
         o.add("self_attn.indexer.k_norm", 2 * ix.head_dim, "replicated", linear=False, role="indexer")
         o.add("self_attn.indexer.weights_proj", h * ix.n_heads, "replicated", linear=False, role="indexer")
+
+
+def _compressor(o: _Out, mod: str, h: int, ratio: int, head: int, role: Role) -> None:
+    """compressor.py DeepseekCompressor.__init__: ape (ratio x coff.head_dim, float32), fused_wkv_wgate (hidden ->
+    2 x coff.head_dim, replicated, quant_config=None: never quantized), norm over head_dim."""
+    coff = 2 if ratio == 4 else 1
+    o.add(f"{mod}.ape", ratio * coff * head, "replicated", linear=False, role=role, dtype_bytes=4)
+    o.add(f"{mod}.fused_wkv_wgate", h * 2 * coff * head, "replicated", linear=False, role=role)
+    o.add(f"{mod}.norm", head, "replicated", linear=False, role=role)
+
+
+def _csa(s: ModelSpec, i: int, o: _Out) -> None:
+    """models/deepseek_v4/attention.py DeepseekV4Attention.__init__ (0.32.0): fused_wqa_wkv (hidden -> q_lora +
+    head_dim, replicated), q_norm, wq_b (col), kv_norm, wo_a (heads.head_dim / o_groups -> o_groups.o_lora, col),
+    wo_b (row), attn_sink (fp32, one per local head); a compressor on ratio > 1 layers; on ratio-4 layers the
+    DeepseekV4Indexer: wq_b (q_lora -> index heads x index_head_dim, replicated), weights_proj (hidden -> index
+    heads, replicated, unquantized) and its own compressor. cpu/model.py DeepseekV4DecoderLayer: hc_attn / hc_ffn
+    fn ((2 + hc) hc x hc.hidden), base ((2 + hc) hc) and scale (3), all float32."""
+    c, h = s.csa, s.hidden_size
+    assert c is not None
+    ratio = c.ratios[i] if i < len(c.ratios) else 1
+    o.add("attn.fused_wqa_wkv", h * (c.q_lora_rank + c.head_dim), "replicated")
+    o.add("attn.q_norm", c.q_lora_rank, "replicated", linear=False)
+    o.add("attn.wq_b", c.q_lora_rank * s.num_heads * c.head_dim, "col")
+    o.add("attn.kv_norm", c.head_dim, "replicated", linear=False)
+    o.add("attn.wo_a", s.num_heads * c.head_dim * c.o_lora_rank, "col")
+    o.add("attn.wo_b", c.o_groups * c.o_lora_rank * h, "row")
+    o.add("attn.attn_sink", s.num_heads, "col", linear=False, dtype_bytes=4)
+    if ratio > 1:
+        _compressor(o, "attn.compressor", h, ratio, c.head_dim, "attn")
+    if ratio == 4:
+        o.add("attn.indexer.wq_b", c.q_lora_rank * c.index_n_heads * c.index_head_dim, "replicated", role="indexer")
+        o.add("attn.indexer.weights_proj", h * c.index_n_heads, "replicated", linear=False, role="indexer")
+        _compressor(o, "attn.indexer.compressor", h, ratio, c.index_head_dim, "indexer")
+    mix = (2 + c.hc_mult) * c.hc_mult
+    o.add("hc_fn", 2 * (mix * c.hc_mult * h + mix + 3), "replicated", linear=False, role="norm", dtype_bytes=4)
+
+
+def _csa_router(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
+    """cpu/model.py DeepseekV4MoE: a hash layer (index < num_hash_layers) holds tid2eid (vocab x top_k int32);
+    the others an fp32 e_score_correction_bias when topk_method is noaux_tc."""
+    c, m = s.csa, s.moe
+    assert c is not None and m is not None
+    if layer.index < c.num_hash_layers:
+        o.add("ffn.gate.tid2eid", s.vocab_size * m.top_k, "replicated", linear=False, role="router", dtype_bytes=4)
+    elif c.noaux_bias:
+        o.add("ffn.gate.e_score_correction_bias", m.n_routed, "replicated", linear=False, role="router",
+              dtype_bytes=4)
 
 
 def _shaped(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
@@ -122,7 +170,9 @@ def _kda(st: StateSpec, h: int, o: _Out) -> None:
 
 def _mixer(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
     if layer.has_kv:
-        if s.mla is not None:
+        if s.csa is not None:
+            _csa(s, layer.index, o)
+        elif s.mla is not None:
             _mla(s, layer.index, o)
         elif s.attn_shapes:
             _shaped(s, layer, o)
@@ -145,6 +195,8 @@ def _mlp(s: ModelSpec, layer: LayerSpec, o: _Out) -> None:
     m = s.moe
     o.add("mlp.router" if s.family == "gpt_oss" else "mlp.gate", m.n_routed * h, "replicated", linear=False,
           role="router")
+    if s.csa is not None:
+        _csa_router(s, layer, o)
     if m.router_bias:
         o.add("mlp.gate.e_score_correction_bias", m.n_routed, "replicated", linear=False, role="router")
     o.add("mlp.experts", m.n_routed * (3 if gated else 2) * h * m.intermediate, "expert", role="experts")
@@ -196,6 +248,10 @@ def model_tensors(s: ModelSpec, include_mtp: bool = False) -> list[Tensor]:
     if s.vision is not None:
         out.extend(tower_tensors(s.vision))
     out.append(Tensor(module="model.norm", numel=h, split="replicated", where="final", linear=False, role="norm"))
+    if s.csa is not None:  # cpu/model.py DeepseekV4Model: hc_head_fn (hc x hc.hidden), hc_head_base, hc_head_scale
+        hc = s.csa.hc_mult
+        out.append(Tensor(module="model.hc_head", numel=hc * hc * h + hc + 1, split="replicated", where="final",
+                          linear=False, role="norm", dtype_bytes=4))
     out.append(Tensor(module="lm_head", numel=s.vocab_size * h, split="vocab", where="lm_head", role="lm_head"))
     if include_mtp and s.mtp_layers:
         for k in range(s.mtp_layers):

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import lcm
 from typing import Literal, Protocol
 
 from forklift.errors import PlanError
+from forklift.plan.packing import PackSpec, bytes_per_block, packed_groups
 
 Kind = Literal["full", "sliding", "mla", "mamba"]
 
@@ -36,6 +37,8 @@ class LayerKv:
     per_token: int = 0
     state: int = 0
     window: int | None = None
+    block: int = 0  # a spec that fixes its own block size (DeepSeek-V4's caches: plan/csakv.py); 0: the layout's
+    page: int = 0  # with ``block``: its page in bytes, padded (AttentionSpec.page_size_bytes)
 
     @property
     def key(self) -> tuple[str, int, int, int | None]:
@@ -191,6 +194,8 @@ def layout(layers: list[LayerKv], kv_config: KvConfig) -> KvLayout:
     if not layers:
         raise PlanError("this worker holds no layer with a KV cache or state",
                         fix="Check parallel.pp against the model's layers.")
+    if any(x.block for x in layers):
+        return packed_layout(layers, kv_config)
     bs, padded, mamba_block = block_size(layers, kv_config)
     pages = [bs * x.per_token if x.kind != "mamba" else (padded or x.state) for x in layers]
     counts = Counter(x.key for x in layers)
@@ -207,6 +212,36 @@ def layout(layers: list[LayerKv], kv_config: KvConfig) -> KvLayout:
     notes = (f"{pad} padding layer(s) in the KV groups (group size {size})",) if pad else ()
     return KvLayout(kv_config, bs, padded, mamba_block, False, buckets, size, page * size, per_token, state,
                     notes + unify_notes)
+
+
+def packed_layout(layers: list[LayerKv], kv_config: KvConfig) -> KvLayout:
+    """Specs with their own block sizes (DeepSeek-V4): vLLM's block-outermost packing (plan/packing.py
+    packed_groups, v1/core/kv_cache_utils.py _get_packed_kv_cache_groups @0.32.0) with one block of the pool the
+    widest group's pages (_get_kv_cache_bytes_per_block); a request holds, per group, the blocks of its specs
+    (UniformTypeKVCacheSpecs.max_memory_usage_bytes: they share one kind, window and block). One page size on every
+    spec: one uniform group. A spec without its own block (a separate draft's full-attention KV) takes the layout's."""
+    if any(x.kind == "mamba" for x in layers):
+        raise PlanError("a linear-attention state beside DeepSeek-V4's packed caches: vLLM's state-bucket split "
+                        "(_get_packed_kv_cache_groups) is not modelled", fix="Plan without memory figures.")
+    own = [x if x.block else LayerKv(x.kind, x.per_token, window=x.window, block=kv_config.block,
+                                     page=kv_config.block * x.per_token) for x in layers]
+    specs = [PackSpec("sliding" if x.kind == "sliding" else "full", x.block, x.page, x.window) for x in own]
+    groups = packed_groups(specs)
+    if groups is None:  # one page size everywhere: no packing; one group when the specs are one uniform type
+        if len({(s.kind, s.block, s.window) for s in specs}) > 1:
+            raise PlanError("DeepSeek-V4 specs of one page size but different kinds or blocks: vLLM's "
+                            "unify_kv_cache_spec_page_size path for them is not modelled",
+                            fix="Plan without memory figures.")
+        groups = [list(range(len(specs)))]
+    buckets = tuple(Bucket(own[g[0]], len(g), 1, own[g[0]].block) for g in groups)
+    per_block = bytes_per_block(specs, groups)
+    note = (f"KV packed block-outermost (_get_packed_kv_cache_groups): {len(groups)} groups of blocks "
+            f"{tuple(b.block for b in buckets)}, {per_block:,} bytes per block",)
+    lay = KvLayout(kv_config, kv_config.block, None, kv_config.max_model_len, False, buckets,
+                   max(len(g) for g in groups), per_block, 0, 0, note)
+    # bytes per token: what one max_model_len request takes of the pool, per token (pool / this = vLLM's tokens)
+    per_token = cdiv(lay.blocks_per_request() * per_block, kv_config.max_model_len)
+    return replace(lay, bytes_per_token=per_token)
 
 
 def unify_pages(specs: dict[tuple[str, int, int, int | None], LayerKv], bs: int,

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from forklift.errors import PlanError
 from forklift.model.spec import LayerSpec, ModelSpec, StateSpec
-from forklift.plan import rules
+from forklift.plan import csakv, rules
 from forklift.plan.kvcache import KvConfig, LayerKv
 
 _BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4}  # Mamba state dtypes
@@ -234,6 +234,8 @@ def _layer_kv(layer: LayerSpec, layer_inputs: _LayerInputs) -> list[LayerKv]:
 def layer_specs(spec: ModelSpec, start: int, end: int, last: bool, inputs: KvInputs,
                 release: rules.VersionRules) -> list[LayerKv]:
     """The cache specs of the layers [start, end) on one worker (+ MTP draft layers on the last stage)."""
+    if spec.csa is not None:  # DeepSeek-V4: its own specs, blocks and pages (MTP refused: mtp-layers-not-modelled)
+        return csakv.layer_specs(spec, start, end, inputs.kv_dtype, inputs.dcp)
     if inputs.kv_dtype.startswith("turboquant_") and not spec.is_hybrid and spec.mla is None:
         raise PlanError(f"--kv-cache-dtype {inputs.kv_dtype} on a model without linear-attention layers: vLLM keeps "
                         "the "
@@ -265,6 +267,8 @@ def layer_specs(spec: ModelSpec, start: int, end: int, last: bool, inputs: KvInp
 def base_block(spec: ModelSpec, inputs: KvInputs) -> int:
     """Phase 1: the user's --block-size, else the attention backend's preferred block."""
     table: dict[str, Any] = rules.block_sizes()
+    if spec.csa is not None:  # cpu.py forces 256 for deepseek_v4; CUDA's DSv4 sparse-MLA kernels take only 256
+        return csakv.BLOCK
     if inputs.platform == "cpu":
         return int(table["cpu_mla_without_amx"]) if spec.mla is not None and not inputs.amx else (inputs.block or
                                                                                              int(table["cpu"]))

@@ -174,6 +174,10 @@ def _kv_notes(core: Core) -> list[str]:
         notes.append(f"KV cache groups of {lay.group_size} layers: {groups}; a {st.max_model_len:,}-token request "
                      f"holds {lay.blocks_per_request():,} blocks; max concurrency {core.max_conc:.2f}x")
     notes.extend(lay.notes)
+    if core.ctx.spec.csa is not None and not core.ctx.vr.version.startswith("0.32."):
+        notes.append(f"DeepSeek-V4's cache specs and their packing were read in vLLM 0.32.0 (models/deepseek_v4/, "
+                     f"kv_cache_utils.py _get_packed_kv_cache_groups), not in {core.ctx.vr.version}: plan with "
+                     "--vllm-version 0.32.0 or probe the nodes")
     if st.dp > 1:
         notes.append(f"data parallel {st.dp}: each replica has its own KV pool; experts "
                      + ("whole per rank (EP over tp x dp)" if st.ep else f"split {st.tp * st.dp} ways (TP x DP)"))

@@ -118,7 +118,7 @@ def weight_table(spec: ModelSpec, quant: QuantScheme, base_bytes: float, tp: int
     for t in tensors:
         if t.where == "lm_head" and spec.tie_word_embeddings and pp == 1:
             continue  # one shared tensor
-        per = quant.bytes_for(t.module, linear=t.linear, role=t.role, base_bytes=base_bytes)
+        per = t.dtype_bytes or quant.bytes_for(t.module, linear=t.linear, role=t.role, base_bytes=base_bytes)
         if t.role == "experts":
             numel = t.numel * share.fraction()
             nbytes = _mxfp4_experts(spec, t, share, per) if share.mxfp4_pad and quant.method == "mxfp4" \

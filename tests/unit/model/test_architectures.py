@@ -93,7 +93,7 @@ def test_minimax_m2_is_plain_gqa_with_routing_bias() -> None:
     assert spec.moe is not None and spec.moe.n_routed == 256 and spec.moe.router_bias
 
 
-@pytest.mark.parametrize("arch", ["DeepseekV4ForCausalLM", "Glm5NextForCausalLM", "MiniMaxM1ForCausalLM"])
+@pytest.mark.parametrize("arch", ["DeepseekV41ForCausalLM", "Glm5NextForCausalLM", "MiniMaxM1ForCausalLM"])
 def test_refused_architectures_say_why(arch: str) -> None:
     with pytest.raises(UnknownArchitectureError) as err:
         from_config({"architectures": [arch], "hidden_size": 64, "num_hidden_layers": 2})

@@ -29,10 +29,10 @@ def test_unknown_architecture_says_what_is_missing_and_never_suggests_a_look_ali
 
 
 def test_refused_architecture_names_the_layout_it_lacks(tmp_path: Path) -> None:
-    cfg = {**DENSE, "architectures": ["DeepseekV4ForCausalLM"]}
+    cfg = {**DENSE, "architectures": ["DeepseekV41ForCausalLM"]}
     with pytest.raises(UnknownArchitectureError) as err:
         make(recipe_for(tmp_path, cfg))
-    assert "DeepseekV4ForCausalLM" in err.value.message and "compress" in err.value.message
+    assert "DeepseekV41ForCausalLM" in err.value.message and "compress" in err.value.message
 
 
 def test_missing_field_is_named(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@
 tests/integration/test_plan_cpu_kv.py starts). The integration test re-measures a subset on the live engine each run;
 this one keeps the planner equal to every recorded measurement without starting anything. dsv3's line was re-logged
 on 0.32.0 (2026-12-03; the 2026-11-30 line, 310,656 tokens, came from the release pinned before); qwen3moe's and
-glm4moe's 2026-11-30 figures are the ones 0.32.0 logged live in the stop-41 suite, which planned them equal."""
+glm4moe's 2026-11-30 figures are the ones 0.32.0 logged live in the stop-41 suite, which planned them equal. dsv4
+(compress_ratios [0, 4, 128, 4]) and dsv4_mixed ([0, 0, 4, 128, 4, 128], DeepSeek-V4-Flash's pattern) were logged by
+0.32.0 through `forklift probe` on 2026-12-03 (no live re-measure in the suite: one start each, ~45 s)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ _KV = re.compile(r"CPU KV cache size: ([0-9,]+) tokens")
 
 
 def test_every_recorded_log_has_its_config() -> None:
-    assert {"dsv3", "qwen3moe", "glm4moe", "mimo_v2", "gemma4", "gemma4_e"} <= set(LOGGED)
+    assert {"dsv3", "qwen3moe", "glm4moe", "mimo_v2", "gemma4", "gemma4_e", "dsv4", "dsv4_mixed"} <= set(LOGGED)
     for name in LOGGED:
         assert (TINY / f"{name}.config.json").is_file(), name
 

@@ -2,7 +2,9 @@
 
 Each was read at the first vLLM release whose registry serves it (sdists 0.19.1-0.34.0); none can be planned with the
 cache kinds the planner has, so each plan stops and names the release, the source file and the missing cache spec.
-MiMo-V2 now plans (family mimo_v2, test_layer_kinds.py) except its published MXFP4-experts quantization.
+MiMo-V2 now plans (family mimo_v2, test_layer_kinds.py) except its published MXFP4-experts quantization; DeepSeek-V4
+plans (family deepseek_v4, test_dsv4.py) except its published fp8 + MXFP4-experts quantization, and the partial
+Flash config here lacks the compressed-attention keys the planner reads.
 The strings asserted here are the names in vLLM's source (class, function, config key), not the planner's words:
 the test fails if a refusal loses the piece an owner would need to look up.
 """
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from forklift.errors import UnknownArchitectureError
+from forklift.errors import ModelError, UnknownArchitectureError
 from forklift.plan import make
 from tests.unit.plan.conftest import recipe_for
 
@@ -21,9 +23,6 @@ CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
 
 # config file -> (architecture, first release serving it, source names the refusal must carry)
 CASES = {
-    "deepseek-v4-flash.json": ("DeepseekV4ForCausalLM", "0.20.0",
-                               ("deepseek_v4_attention.py", "SlidingWindowMLASpec", "compress_ratio", "fp8_ds_mla",
-                                "_get_packed_kv_cache_groups", "compressor")),
     "deepseek-v4.1-flash.json": ("DeepseekV41ForCausalLM", "0.30.0",
                                  ("models/deepseek_v41/attention.py", "kv_source_layer_ids", "tokens_per_state",
                                   "CircularBufferSpec", "engram")),
@@ -59,6 +58,14 @@ def test_sibling_classes_are_refused_too_and_name_their_extra_tower_or_file(tmp_
     extra = {"DeepseekV4ForConditionalGeneration": "vision", "Glm5NextForConditionalGeneration": "vision",
              "MiMoV2OmniForCausalLM": "audio", "Qwen4ExpForCausalLM": "CircularBufferSpec"}[arch]
     assert extra in message
+
+
+def test_partial_deepseek_v4_flash_config_names_the_keys_it_lacks(tmp_path: Path) -> None:
+    with pytest.raises(ModelError) as err:
+        make(recipe_for(tmp_path, CONFIGS / "deepseek-v4-flash.json", hardware="gb10", nodes=2, tp=2,
+                        max_model_len=131072))
+    for key in ("qk_rope_head_dim", "q_lora_rank", "o_lora_rank", "compress_ratios", "index_n_heads"):
+        assert key in err.value.message
 
 
 def test_mimo_published_quantization_is_refused_naming_store_dtype(tmp_path: Path) -> None:
