@@ -25,12 +25,14 @@ from forklift.errors import ModelError, PlanError, UnknownArchitectureError
 from forklift.model import archrules
 from forklift.model.quant import scheme_from_config
 from forklift.plan import csakv, make
+from forklift.plan.kvcache import KvConfig, layout
 from forklift.plan.packing import PackSpec, bytes_per_block, packed_groups
 from forklift.plan.weights import weight_table
 from tests.helpers import CALIBRATION
 from tests.unit.plan.conftest import cdiv, recipe_for
 
 TINY = json.loads((CALIBRATION / "cpu-tiny" / "dsv4.config.json").read_text())
+FLASH = json.loads((Path(__file__).resolve().parents[2] / "data" / "configs" / "deepseek-v4-flash.json").read_text())
 GIB = 2**30
 MAX_LEN = 2048
 
@@ -190,3 +192,31 @@ def test_mtp_speculation_is_refused(tmp_path: Path) -> None:
 def test_v41_stays_refused(tmp_path: Path) -> None:
     with pytest.raises(UnknownArchitectureError, match="kv_source_layer_ids"):
         _plan(tmp_path, {**TINY, "architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41"})
+
+
+def test_flash_geometry_packs_as_vllm_code_gives() -> None:
+    """DeepSeek-V4-Flash's 43 layers (ratios 0, 0, then 4 / 128 alternating, the last 4: 2 sliding-only, 21 ratio-4,
+    20 ratio-128), unquantized geometry, at max_model_len 131,072 with 8,192 batched tokens (2 batches in flight):
+    buckets SWA (43 x 37,440), compressed (21 index K, 21 C4, 20 C128: unbalanced, one group), block-4 states
+    (21 + 21, two page sizes: repeats >= 21), block-8 states (20); _approximate_gcd([43, 21, 20], 21) = 22 (padding
+    1 + 1 + 2), so the SWA bucket splits in two (22 + 21 layers). One block: the compressed group's 1,002,240 bytes."""
+    cfg = {k: v for k, v in FLASH.items() if k != "quantization_config"}
+    spec = archrules.from_config(cfg)
+    assert spec.csa is not None and spec.csa.ratios.count(4) == 21 and spec.csa.ratios.count(128) == 20
+    lay = layout(csakv.layer_specs(spec, 0, 43, "auto", 1),
+                 KvConfig(max_model_len=131072, mnbt=8192, block=256, concurrent_batches=2))
+    widest = max(22 * SWA, 21 * INDEX_K + 21 * C4 + 20 * C128, 21 * INDEX_STATE + 21 * C4_STATE, 20 * C128_STATE)
+    in_flight = 2 * 8192
+    per_request = 2 * (cdiv(127 + in_flight, 64) + 1) + cdiv(131072, 256) + (cdiv(7 + in_flight, 4) + 1) \
+        + (cdiv(127 + in_flight, 8) + 1)
+    assert [b.block for b in lay.buckets] == [64, 64, 256, 4, 8]
+    assert [b.layers for b in lay.buckets] == [22, 21, 62, 42, 20]
+    assert (lay.bytes_per_block, lay.blocks_per_request()) == (widest, per_request) == (1_002_240, 7194)
+
+
+def test_published_flash_is_refused_naming_its_quantization(tmp_path: Path) -> None:
+    with pytest.raises(UnknownArchitectureError) as err:
+        make(recipe_for(tmp_path, Path(__file__).resolve().parents[2] / "data" / "configs" /
+                        "deepseek-v4-flash.json", hardware="gb10", nodes=2, tp=2, max_model_len=131072),
+             vllm_version="0.32.0")
+    assert "deepseek_v4_fp8" in err.value.message and "MXFP4" in err.value.message

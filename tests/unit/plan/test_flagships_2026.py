@@ -3,8 +3,8 @@
 Each was read at the first vLLM release whose registry serves it (sdists 0.19.1-0.34.0); none can be planned with the
 cache kinds the planner has, so each plan stops and names the release, the source file and the missing cache spec.
 MiMo-V2 now plans (family mimo_v2, test_layer_kinds.py) except its published MXFP4-experts quantization; DeepSeek-V4
-plans (family deepseek_v4, test_dsv4.py) except its published fp8 + MXFP4-experts quantization, and the partial
-Flash config here lacks the compressed-attention keys the planner reads.
+plans (family deepseek_v4, test_dsv4.py) except its published fp8 + MXFP4-experts quantization, and a config
+without the compressed-attention keys names them.
 The strings asserted here are the names in vLLM's source (class, function, config key), not the planner's words:
 the test fails if a refusal loses the piece an owner would need to look up.
 """
@@ -60,10 +60,11 @@ def test_sibling_classes_are_refused_too_and_name_their_extra_tower_or_file(tmp_
     assert extra in message
 
 
-def test_partial_deepseek_v4_flash_config_names_the_keys_it_lacks(tmp_path: Path) -> None:
+def test_deepseek_v4_without_its_compressed_attention_keys_names_them(tmp_path: Path) -> None:
+    cfg = {"architectures": ["DeepseekV4ForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 43,
+           "num_attention_heads": 64, "head_dim": 512, "vocab_size": 129280}
     with pytest.raises(ModelError) as err:
-        make(recipe_for(tmp_path, CONFIGS / "deepseek-v4-flash.json", hardware="gb10", nodes=2, tp=2,
-                        max_model_len=131072))
+        make(recipe_for(tmp_path, cfg, hardware="gb10", nodes=2, tp=2, max_model_len=131072))
     for key in ("qk_rope_head_dim", "q_lora_rank", "o_lora_rank", "compress_ratios", "index_n_heads"):
         assert key in err.value.message
 
