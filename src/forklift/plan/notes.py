@@ -189,8 +189,10 @@ def _layout_notes(core: Core, suggested: list[int] | None, stage_weights: list[f
     spec, st, recipe = ctx.spec, ctx.st, ctx.deployment.recipe
     notes: list[str] = []
     if spec.attention == "mla" and st.tp > 1:
-        notes.append(f"MLA KV is not split by TP: each of the {st.tp} TP ranks stores the full latent cache"
-                     + ("" if st.dcp > 1 else f"; parallel.dcp up to {st.tp} divides it"))
+        dcp = "" if st.dcp > 1 else f"; parallel.dcp up to {st.tp} divides it"
+        if spec.csa is not None:
+            dcp = "; DeepSeek-V4's sliding-window caches take no DCP"
+        notes.append(f"MLA KV is not split by TP: each of the {st.tp} TP ranks stores the full latent cache" + dcp)
     if spec.attention == "gqa" and st.tp > spec.num_kv_heads:
         notes.append(f"tp={st.tp} exceeds the {spec.num_kv_heads} KV heads: KV is duplicated "
                      f"{st.tp // spec.num_kv_heads}x; parallel.dcp up to {st.tp // spec.num_kv_heads} divides it")

@@ -129,6 +129,12 @@ def test_tp_does_not_split_the_caches(tmp_path: Path) -> None:
     assert one.ranks[0].kv_bytes_per_token == cdiv(93_888 * 844, MAX_LEN)
     assert two.ranks[0].kv_bytes_per_token == two.ranks[1].kv_bytes_per_token
     assert two.ranks[0].kv_bytes_per_token == one.ranks[0].kv_bytes_per_token  # same 256 block, same groups
+    assert any("take no DCP" in n for n in two.notes) and not any("dcp up to" in n for n in two.notes)
+
+
+def test_dcp_is_refused_as_vllm_asserts(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="DCP not support sliding window"):
+        make(recipe_for(tmp_path, TINY, hardware="h200", tp=2, dcp=2, max_model_len=MAX_LEN), vllm_version="0.32.0")
 
 
 def test_weights_of_the_tiny_model_by_hand() -> None:
