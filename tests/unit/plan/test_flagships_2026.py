@@ -45,8 +45,8 @@ def test_flagship_on_two_sparks_is_refused_naming_release_and_missing_spec(tmp_p
     assert err.value.fix  # the way on without the planner (render / up, or vLLM's own KV lines)
 
 
-@pytest.mark.parametrize("arch", ["DeepseekV4ForConditionalGeneration", "Glm5NextForConditionalGeneration",
-                                  "MiMoV2OmniForCausalLM", "Qwen4ExpForCausalLM"])
+@pytest.mark.parametrize("arch", ["Glm5NextForConditionalGeneration", "MiMoV2OmniForCausalLM",
+                                  "Qwen4ExpForCausalLM"])
 def test_sibling_classes_are_refused_too_and_name_their_extra_tower_or_file(tmp_path: Path, arch: str) -> None:
     """The multimodal wrappers and the older MiMo class serve the same caches; planning them as anything else (or
     reporting them as unknown) would hide that the blocker is the same cache layout."""
@@ -55,7 +55,7 @@ def test_sibling_classes_are_refused_too_and_name_their_extra_tower_or_file(tmp_
         make(recipe_for(tmp_path, cfg, hardware="gb10", nodes=2, tp=2, max_model_len=4096))
     message = err.value.message
     assert arch in message and "is served by vLLM" in message
-    extra = {"DeepseekV4ForConditionalGeneration": "vision", "Glm5NextForConditionalGeneration": "vision",
+    extra = {"Glm5NextForConditionalGeneration": "vision",
              "MiMoV2OmniForCausalLM": "audio", "Qwen4ExpForCausalLM": "CircularBufferSpec"}[arch]
     assert extra in message
 
