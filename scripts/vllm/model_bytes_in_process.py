@@ -32,7 +32,8 @@ class _NoEvent:
 
 
 def main(model_dir: str) -> None:
-    cfg = EngineArgs(model=model_dir, load_format="dummy", enforce_eager=True, max_model_len=2048).create_engine_config()
+    args = EngineArgs(model=model_dir, load_format="dummy", enforce_eager=True, max_model_len=2048)
+    cfg = args.create_engine_config()
     with set_current_vllm_config(cfg):
         init_distributed_environment(world_size=1, rank=0, local_rank=0,
                                      distributed_init_method="tcp://127.0.0.1:18651", backend="gloo")
