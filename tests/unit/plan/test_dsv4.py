@@ -252,3 +252,14 @@ def test_published_flash_is_refused_naming_its_quantization(tmp_path: Path) -> N
                         "deepseek-v4-flash.json", hardware="gb10", nodes=2, tp=2, max_model_len=131072),
              vllm_version="0.32.0")
     assert "deepseek_v4_fp8" in err.value.message and "MXFP4" in err.value.message
+
+
+@pytest.mark.parametrize(("tp", "measured"), [(1, 569_281_291_356), (2, 285_786_181_340)])
+def test_flash_geometry_weights_equal_what_vllm_builds(tp: int, measured: int) -> None:
+    """DeepSeek-V4-Flash's geometry unquantized (bf16, fp32 hc / ape / sinks / bias / rope, int32 hash tables):
+    the bytes per rank of the parameters and buffers vLLM 0.32.0 builds (initialize_model on the meta device, one
+    process per TP rank: scripts/vllm/model_bytes_in_process.py, 2026-12-03; docs/lab-notebook.md)."""
+    cfg = {k: v for k, v in FLASH.items() if k != "quantization_config"}
+    spec = archrules.from_config(cfg)
+    table = weight_table(spec, scheme_from_config(None), 2.0, tp, 1, include_mtp=False)
+    assert table.stage(0, 43, True, True) + sum(c.nbytes for c in spec.rope_caches) == measured
