@@ -227,16 +227,17 @@ def packed_layout(layers: list[LayerKv], kv_config: KvConfig) -> KvLayout:
                                      page=kv_config.block * x.per_token) for x in layers]
     specs = [PackSpec("sliding" if x.kind == "sliding" else "full", x.block, x.page, x.window) for x in own]
     groups = packed_groups(specs)
+    how = "KV packed block-outermost (_get_packed_kv_cache_groups)"
     if groups is None:  # one page size everywhere: no packing; one group when the specs are one uniform type
         if len({(s.kind, s.block, s.window) for s in specs}) > 1:
             raise PlanError("DeepSeek-V4 specs of one page size but different kinds or blocks: vLLM's "
                             "unify_kv_cache_spec_page_size path for them is not modelled",
                             fix="Plan without memory figures.")
-        groups = [list(range(len(specs)))]
+        groups, how = [list(range(len(specs)))], "KV specs all equal (one group, _get_kv_cache_groups_uniform_spec)"
     buckets = tuple(Bucket(own[g[0]], len(g), 1, own[g[0]].block) for g in groups)
     per_block = bytes_per_block(specs, groups)
-    note = (f"KV packed block-outermost (_get_packed_kv_cache_groups): {len(groups)} groups of blocks "
-            f"{tuple(b.block for b in buckets)}, {per_block:,} bytes per block",)
+    note = (f"{how}: {len(groups)} group(s) of blocks {tuple(b.block for b in buckets)}, {per_block:,} bytes per "
+            "block",)
     lay = KvLayout(kv_config, kv_config.block, None, kv_config.max_model_len, False, buckets,
                    max(len(g) for g in groups), per_block, 0, 0, note)
     # bytes per token: what one max_model_len request takes of the pool, per token (pool / this = vLLM's tokens)
