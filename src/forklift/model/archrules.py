@@ -462,7 +462,7 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
         text_only=_text_only(fam, arch, cfg),
         rope_caches=csa_rope_caches(cfg, csa) if csa is not None else rope_caches(
             cfg, fam, plan, head_dim, _DTYPE_BYTES.get(dtype, 2)),
-        quant=scheme_from_config(cfg.get("quantization_config"), source=source),
+        quant=scheme_from_config(cfg.get("quantization_config"), source=source, hf=cfg),
     )
 
 

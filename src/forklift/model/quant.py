@@ -127,6 +127,8 @@ class QuantScheme(BaseModel):
     experts_only: bool = False
     expert_bytes: float | None = None
     """Bytes per parameter of routed experts when they differ from the other linear layers."""
+    expert_format: str | None = Field(default=None, exclude=True)
+    """The routed experts' format name when ``expert_bytes`` is set by a mixed fp8 checkpoint (mxfp4)."""
     weight_block: tuple[int, int] | None = None
     """Block-FP8 ``weight_block_size`` [block_n, block_k] (fp8, ModelOpt FP8_PB_WO, compressed-tensors block)."""
     lm_head: bool = True
@@ -183,6 +185,8 @@ class QuantScheme(BaseModel):
         """The format name of one tensor (display and roofline)."""
         if self.bytes_for(module, linear=linear, role=role, base_bytes=-1.0) == -1.0:
             return base
+        if role == "experts" and self.expert_format is not None:
+            return self.expert_format
         return self.linear_format
 
     def param(self, key: str, default: str = "") -> str:
@@ -391,8 +395,10 @@ def _scheme_from_row(name: str, row: Mapping[str, Any], qc: Mapping[str, Any]) -
         rules=tuple(str(r) for r in row.get("start_rules") or ()), **fields)
 
 
-def scheme_from_config(qc: Mapping[str, Any] | None, *, source: str = "config.json") -> QuantScheme:
-    """Interpret a config.json ``quantization_config`` (None: unquantized)."""
+def scheme_from_config(qc: Mapping[str, Any] | None, *, source: str = "config.json",
+                       hf: Mapping[str, Any] | None = None) -> QuantScheme:
+    """Interpret a config.json ``quantization_config`` (None: unquantized); ``hf`` is the rest of the config
+    (model_type and expert_dtype pick DeepSeek-V4's method)."""
     if not qc:
         return QuantScheme()
     method = str(qc.get("quant_method", "")).lower()
@@ -406,15 +412,60 @@ def scheme_from_config(qc: Mapping[str, Any] | None, *, source: str = "config.js
             fix="Known: " + ", ".join(sorted(_method_of_checkpoint())) + ". A checkpoint vLLM cannot load cannot be "
             "planned either; for a method vLLM has, add its row to forklift/model/quant_layouts.yaml (and its bytes "
             "per parameter to quant_formats.yaml).")
-    if name == "fp8" and qc.get("store_dtype") is not None:
-        raise ModelError(
-            f"{source}: quantization_config quant_method 'fp8' with store_dtype '{qc.get('store_dtype')}': vLLM loads "
-            "the routed experts in that format (layers/quantization/fp8.py Fp8Config.get_quant_method: store_dtype "
-            "'mxfp4' -> Mxfp4MoEMethod, from 0.26.0) and the other linear layers as FP8; the planner's weight rules "
-            "do not read store_dtype, and counting the experts as FP8 would overstate them about twice",
-            fix="Plan without memory figures (render and up still work), or start it once and read vLLM's "
-            "'Model loading took' line.")
+    if name == "fp8" and (qc.get("store_dtype") is not None or (hf or {}).get("model_type") == "deepseek_v4"
+                          or method == "deepseek_v4_fp8"):
+        return _fp8_mixed(_scheme_from_row(name, layouts()["methods"][name], qc), qc, hf or {}, source)
     return _scheme_from_row(name, layouts()["methods"][name], qc)
+
+
+def _fp8_mixed(base: QuantScheme, qc: Mapping[str, Any], hf: Mapping[str, Any], source: str) -> QuantScheme:
+    """fp8 checkpoints whose routed experts are stored in another format (vLLM 0.32.0, paths under vllm/):
+
+    - DeepSeek-V4 (models/deepseek_v4/quant_config.py DeepseekV4FP8Config: override_quantization_method turns
+      quant_method fp8 / deepseek_v4_fp8 with model_type deepseek_v4 into deepseek_v4_fp8). get_quant_method: routed
+      experts (RoutedExperts) by the config's top-level ``expert_dtype`` (default fp4): fp4 -> Mxfp4MoEMethod
+      (layers/quantization/mxfp4.py create_weights: uint8 values 2 per byte, one uint8 e8m0 scale per 32), unless
+      quantization_config.moe_quant_algo is NVFP4 (ModelOptNvFp4FusedMoE, not modelled); fp8 -> Fp8MoEMethod
+      (block fp32 scales). Everything else through Fp8Config.get_quant_method: LinearBase -> Fp8LinearMethod, whose
+      create_weights registers weight (e4m3) and a weight_scale_inv per 128 x 128 block in float8_e8m0fnu when
+      ``is_scale_e8m0`` (expert_dtype fp4) else float32. Layers built with quant_config=None stay in the model dtype
+      (compressor.py fused_wkv_wgate, attention.py DeepseekV4Indexer.weights_proj, cpu/model.py GateLinear), as do
+      the non-linear parameters (hc_*, ape, attn_sink: fp32) and lm_head (a ParallelLMHead).
+    - fp8 with ``store_dtype: mxfp4`` (MiMo-V2's published checkpoints; layers/quantization/fp8.py
+      Fp8Config.get_quant_method: RoutedExperts -> Mxfp4MoEMethod, from 0.26.0): linears as plain fp8 (fp32 scales),
+      ignored_layers matched exactly.
+
+    Mxfp4MoEMethod.maybe_roundup_sizes pads hidden / intermediate-per-partition to the backend's tile
+    (fused_moe/oracle/mxfp4.py mxfp4_round_up_hidden_size_and_intermediate_size: at most 256 / 128 on CUDA, 32 on
+    the CPU backend); the planner counts unpadded experts: exact when hidden is a multiple of 256 and the
+    intermediate per partition of 128 (DeepSeek-V4-Flash: 4096 and 2048 / TP at TP 1-8), an under-count of the
+    padding otherwise (not checked)."""
+    store = qc.get("store_dtype")
+    if (hf.get("model_type") == "deepseek_v4" or qc.get("quant_method") == "deepseek_v4_fp8") and store is None:
+        experts = str(hf.get("expert_dtype") or "fp4")
+        if experts not in ("fp4", "fp8"):
+            raise ModelError(f"{source}: expert_dtype '{experts}': vLLM's DeepseekV4FP8Config takes fp4 or fp8 "
+                             "(models/deepseek_v4/quant_config.py expert_dtype raises ValueError)",
+                             fix="Use the published config.json's expert_dtype.")
+        if experts == "fp4" and str(qc.get("moe_quant_algo") or "").upper() == "NVFP4":
+            raise ModelError(f"{source}: deepseek_v4_fp8 with moe_quant_algo NVFP4: vLLM loads the experts with "
+                             "ModelOptNvFp4FusedMoE (models/deepseek_v4/quant_config.py get_quant_method), whose "
+                             "per-expert global scales the planner does not model",
+                             fix="Plan the MXFP4 checkpoint, or start it once with `forklift probe`.")
+        linear = "fp8_block_e8m0" if experts == "fp4" else "fp8_block"
+        if base.weight_block is None:
+            linear = "fp8"
+        expert = "mxfp4" if experts == "fp4" else linear
+        return base.model_copy(update={
+            "method": "deepseek_v4_fp8", "linear_format": linear, "linear_bytes": format_bytes()[linear],
+            "expert_bytes": format_bytes()[expert], "expert_format": expert})
+    if store != "mxfp4":
+        raise ModelError(
+            f"{source}: quantization_config quant_method 'fp8' with store_dtype '{store}': vLLM 0.32.0's "
+            "Fp8Config.get_quant_method (layers/quantization/fp8.py) reads only store_dtype 'mxfp4' "
+            "(-> Mxfp4MoEMethod for the routed experts); the planner models that one",
+            fix="Check the checkpoint's quantization_config; plan without memory figures otherwise.")
+    return base.model_copy(update={"expert_bytes": format_bytes()["mxfp4"], "expert_format": "mxfp4"})
 
 
 def online_scheme(quantization: str | None, current: QuantScheme) -> QuantScheme:

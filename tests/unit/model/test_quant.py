@@ -84,12 +84,14 @@ def test_mxfp4_quantizes_only_the_experts() -> None:
     assert s.bytes_for("model.layers.0.mlp.experts", linear=True, role="experts", base_bytes=2.0) == 0.53125
 
 
-def test_fp8_with_mxfp4_experts_is_refused_not_counted_as_fp8() -> None:
+def test_fp8_with_mxfp4_experts_counts_the_experts_as_mxfp4() -> None:
     """MiMo-V2.6's and Ling-style checkpoints say quant_method fp8 with store_dtype mxfp4: vLLM (fp8.py
-    Fp8Config.get_quant_method) loads the routed experts as MXFP4, so reading the config as plain FP8 would count
-    the experts at about twice their size; the planner names the key instead."""
-    with pytest.raises(ModelError) as err:
-        scheme_from_config({"quant_method": "fp8", "store_dtype": "mxfp4", "weight_block_size": [128, 128]})
-    assert "store_dtype" in err.value.message and "Mxfp4MoEMethod" in err.value.message and err.value.fix
+    Fp8Config.get_quant_method) loads the routed experts as MXFP4 (Mxfp4MoEMethod: 4 bits + one e8m0 per 32) and
+    the other linears as fp8; read as plain FP8 the experts would count about twice their size."""
+    mixed = scheme_from_config({"quant_method": "fp8", "store_dtype": "mxfp4", "weight_block_size": [128, 128]})
+    assert mixed.bytes_for("model.layers.0.mlp.experts", linear=True, role="experts", base_bytes=2.0) == 0.5 + 1 / 32
+    assert mixed.bytes_for(Q, linear=True, role="attn", base_bytes=2.0) == 1 + 4 / 128**2  # fp32 per block
     plain = scheme_from_config({"quant_method": "fp8", "weight_block_size": [128, 128]})
     assert plain.linear_format == "fp8_block"
+    assert plain.bytes_for("model.layers.0.mlp.experts", linear=True, role="experts", base_bytes=2.0) == \
+        1 + 4 / 128**2

@@ -2,9 +2,9 @@
 
 Each was read at the first vLLM release whose registry serves it (sdists 0.19.1-0.34.0); none can be planned with the
 cache kinds the planner has, so each plan stops and names the release, the source file and the missing cache spec.
-MiMo-V2 now plans (family mimo_v2, test_layer_kinds.py) except its published MXFP4-experts quantization; DeepSeek-V4
-plans (family deepseek_v4, test_dsv4.py) except its published fp8 + MXFP4-experts quantization, and a config
-without the compressed-attention keys names them.
+MiMo-V2 plans (family mimo_v2, test_layer_kinds.py) and DeepSeek-V4 (family deepseek_v4, test_dsv4.py), both with
+their published fp8 + MXFP4-experts quantization (test_dsv4_quant.py); a DeepSeek-V4 config without the
+compressed-attention keys names them.
 The strings asserted here are the names in vLLM's source (class, function, config key), not the planner's words:
 the test fails if a refusal loses the piece an owner would need to look up.
 """
@@ -67,15 +67,3 @@ def test_deepseek_v4_without_its_compressed_attention_keys_names_them(tmp_path: 
         make(recipe_for(tmp_path, cfg, hardware="gb10", nodes=2, tp=2, max_model_len=131072))
     for key in ("qk_rope_head_dim", "q_lora_rank", "o_lora_rank", "compress_ratios", "index_n_heads"):
         assert key in err.value.message
-
-
-def test_mimo_published_quantization_is_refused_naming_store_dtype(tmp_path: Path) -> None:
-    """MiMo-V2.6's published config keeps experts in MXFP4 under an fp8 quantization_config (fp8.py Fp8Config
-    store_dtype): the planner refuses exactly that combination and names the piece it lacks."""
-    with pytest.raises(UnknownArchitectureError) as err:
-        make(recipe_for(tmp_path, CONFIGS / "mimo-v2.6-flash.json", hardware="gb10", nodes=2, tp=2,
-                        max_model_len=131072))
-    message = err.value.message
-    for name in ("MiMoV2ForCausalLM", "store_dtype", "mxfp4", "fp8.py", "Mxfp4MoEMethod"):
-        assert name.lower() in message.lower(), f"refusal lost {name}: {message}"
-    assert err.value.fix
