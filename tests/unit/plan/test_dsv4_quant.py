@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from forklift import recipe as recipes
 from forklift.errors import ModelError
 from forklift.model import archrules
 from forklift.model.quant import scheme_from_config
@@ -139,3 +140,13 @@ def test_published_mimo_plans_with_experts_at_mxfp4(tmp_path: Path) -> None:
 def test_bundled_flash_config_is_the_test_geometry() -> None:
     bundled = json.loads((Path(archrules.__file__).parent / "configs" / "deepseek-v4-flash.json").read_text())
     assert {k: v for k, v in bundled.items() if k != "attention_bias"} == FLASH
+
+
+@pytest.mark.parametrize(("name", "counted"), [("deepseek-v4-flash-2x-spark", 79_193_833_052),
+                                               ("deepseek-v4-flash-4x-spark", 40_519_119_132)])
+def test_bundled_spark_recipes_plan_the_counted_weights(name: str, counted: int) -> None:
+    """The bundled recipes on GB10 (capability 12.1: the fp8 block kernel keeps the checkpoint layout) plan each
+    rank's weights at what vLLM builds for that TP, and a KV pool for the 1M context."""
+    plan = make(recipes.load(name), vllm_version="0.32.0")
+    assert [r.weights_gib for r in plan.ranks] == [round(counted / 2**30, 3)] * len(plan.ranks)
+    assert plan.fits and plan.kv_tokens >= 1_048_576
