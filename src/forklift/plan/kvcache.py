@@ -92,6 +92,7 @@ class KvLayout:
     bytes_per_token: int  # attention bytes per token summed over the worker's layers (display)
     state_bytes: int = 0  # per-sequence state bytes over the worker's Mamba-like layers (display)
     notes: tuple[str, ...] = field(default=())
+    packed: bool = False  # block-outermost packed groups (packed_layout): a bucket is one group of cache specs
 
     @property
     def n_groups(self) -> int:
@@ -242,7 +243,7 @@ def packed_layout(layers: list[LayerKv], kv_config: KvConfig) -> KvLayout:
                    max(len(g) for g in groups), per_block, 0, 0, note)
     # bytes per token: what one max_model_len request takes of the pool, per token (pool / this = vLLM's tokens)
     per_token = cdiv(lay.blocks_per_request() * per_block, kv_config.max_model_len)
-    return replace(lay, bytes_per_token=per_token)
+    return replace(lay, bytes_per_token=per_token, packed=True)
 
 
 def unify_pages(specs: dict[tuple[str, int, int, int | None], LayerKv], bs: int,

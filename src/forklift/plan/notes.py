@@ -169,7 +169,10 @@ def _kv_notes(core: Core) -> list[str]:
                      f"Mamba cache mode '{lay.cfg.mamba_mode}'")
     elif any(b.spec.kind == "mamba" for b in lay.buckets):
         notes.append(f"hybrid KV cache: block {lay.block_size} tokens, Mamba cache mode '{lay.cfg.mamba_mode}'")
-    if not lay.uniform:
+    if lay.packed:  # its own note (kvcache.packed_layout) names the groups; a group holds cache specs, not layers
+        notes.append(f"a {st.max_model_len:,}-token request holds {lay.blocks_per_request():,} blocks over the "
+                     f"{lay.n_groups} packed KV cache groups; max concurrency {core.max_conc:.2f}x")
+    elif not lay.uniform:
         groups = ", ".join(f"{b.groups} {b.spec.kind}" for b in lay.buckets)
         notes.append(f"KV cache groups of {lay.group_size} layers: {groups}; a {st.max_model_len:,}-token request "
                      f"holds {lay.blocks_per_request():,} blocks; max concurrency {core.max_conc:.2f}x")

