@@ -81,6 +81,8 @@ class Context:
             include_mtp=st.include_mtp, prefix_caching=st.prefix_caching)
 
 
+_CPU_DEFAULT_MNBT = 2048  # config/scheduler.py SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
+
 def node_profiles(deployment: Deployment) -> list[HardwareProfile]:
     """Hardware profile per node: the local CPU's AMX when it plans for this machine, and the memory measured by
     ``forklift hw --node`` on unified-memory nodes (free at launch, and the total)."""
@@ -118,11 +120,18 @@ def settings(deployment: Deployment, spec: ModelSpec, profiles: list[HardwarePro
     dtype_bytes = {"bfloat16": 2, "float16": 2, "float32": 4}.get(s.dtype, spec.dtype_bytes)
     quantized = spec.quant.method != "none" or s.quantization is not None
     spec_method = s.speculative.method if s.speculative is not None else None
+    max_len = s.max_model_len or spec.default_max_len or 2048  # vLLM's derived length, else its 2048
+    mnbt = s.max_num_batched_tokens or d_mnbt
+    if platform == "cpu" and (spec.mla is not None or spec.csa is not None) and not prof.amx:
+        # platforms/cpu.py check_and_update_config: MLA without AMX kernels ("MLA is enabled on a non-GPU platform;
+        # forcing chunked prefill and prefix caching to be disabled") sets max_num_batched_tokens to
+        # max(max_model_len, SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048), whatever was asked
+        mnbt = max(max_len, _CPU_DEFAULT_MNBT)
     return Settings(
         platform=platform,
         util=None if platform == "cpu" else (s.gpu_memory_utilization or release.gpu_memory_utilization),
-        mnbt=s.max_num_batched_tokens or d_mnbt, seqs=s.max_num_seqs or d_seqs,
-        max_model_len=s.max_model_len or spec.default_max_len or 2048,  # vLLM's derived length, else its 2048
+        mnbt=mnbt, seqs=s.max_num_seqs or d_seqs,
+        max_model_len=max_len,
         kv_dtype=kvspecs.resolved_kv_dtype(s.kv_cache_dtype, spec, release, prof.compute_capability),
         dtype_bytes=dtype_bytes, block=s.block_size, tp=par.tp, pp=par.pp, dcp=par.dcp,
         eager=s.enforce_eager or platform == "cpu", include_mtp=spec_method in _MTP_METHODS,

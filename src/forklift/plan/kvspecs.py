@@ -292,8 +292,12 @@ def mamba_mode(spec: ModelSpec, inputs: KvInputs, release: rules.VersionRules) -
     return "all" if spec.supports_mamba_prefix_caching and release.mamba_all_mode else "align"
 
 
-def concurrent_batches(pp: int, runner: str) -> int:
-    """VllmConfig.max_concurrent_batches with async scheduling (on by default)."""
+def concurrent_batches(pp: int, runner: str, platform: str = "cuda") -> int:
+    """VllmConfig.max_concurrent_batches (config/vllm.py): with async scheduling (on by default on GPUs) pp + 1 on the
+    V2 runner, 2 at pp 1 on V1; without it pp. vLLM-CPU turns async scheduling off (platforms/cpu.py
+    check_and_update_config: scheduler_config.async_scheduling = False), so there it is pp."""
+    if platform == "cpu":
+        return pp
     if runner == "v2":
         return pp + 1
     return 2 if pp == 1 else pp
@@ -310,8 +314,8 @@ def kv_config(spec: ModelSpec, inputs: KvInputs, release: rules.VersionRules) ->
             ckpt_blocks = 1
     return KvConfig(
         max_model_len=inputs.max_model_len, mnbt=inputs.mnbt, block=block, kernel_min_block=block,
-        concurrent_batches=concurrent_batches(inputs.pp,
-                                              inputs.runner), dcp=inputs.dcp, num_spec=inputs.num_spec, mamba_mode=mode,
+        concurrent_batches=concurrent_batches(inputs.pp, inputs.runner, inputs.platform), dcp=inputs.dcp,
+        num_spec=inputs.num_spec, mamba_mode=mode,
         mamba_chunk=spec.state.chunk_size if spec.state is not None else 256, mla=spec.mla is not None,
         mla_hybrid_block_128=release.mla_hybrid_block_128, ckpt_alignment=ckpt_align, ckpt_blocks=ckpt_blocks,
         tokens_formula="concurrency" if release.tokens_formula == "concurrency" else "blocks",

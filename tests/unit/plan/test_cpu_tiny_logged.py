@@ -19,6 +19,7 @@ import yaml
 
 from forklift import recipe as recipes
 from forklift.plan import make
+from forklift.plan.result import Plan
 from tests.helpers import CALIBRATION
 
 TINY = CALIBRATION / "cpu-tiny"
@@ -48,3 +49,72 @@ def test_plan_equals_the_kv_tokens_vllm_cpu_logged(name: str, tmp_path: Path) ->
     planned = make(recipes.load(str(recipe)))
     assert planned.fits
     assert planned.kv_tokens == logged, f"{name}: planned {planned.kv_tokens}, vLLM-CPU logged {logged}"
+
+
+LONG = TINY / "long"
+
+
+def _long_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_len: int) -> Plan:
+    """cpu-tiny/dsv4 at a long context with 2,048 batched tokens asked for, planned for a CPU without AMX (the
+    machine that logged LONG's lines: its log says 'MLA is enabled on a non-GPU platform; forcing chunked prefill
+    and prefix caching to be disabled', so vLLM raised max_num_batched_tokens to max_model_len)."""
+    monkeypatch.setattr("forklift.plan.context.local_amx", lambda: False)
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(TINY / "dsv4.config.json", model / "config.json")
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "model": {"source": str(model), "load_format": "dummy", "served_name": "tiny"},
+        "nodes": [{"host": "localhost", "hardware": "cpu"}],
+        "serve": {"port": 8000, "max_model_len": max_len, "max_num_batched_tokens": 2048, "enforce_eager": True,
+                  "cpu_kv_cache_gib": 1},
+    }))
+    return make(recipes.load(str(recipe)))
+
+
+def test_dsv4_window_caches_hold_the_whole_request_at_a_long_context_on_cpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 16,384 tokens the sliding-window and compressor-state caches are bounded by the in-flight tokens, not the
+    request: vLLM-CPU runs without async scheduling (one batch in flight) and, for MLA without AMX, with
+    max_num_batched_tokens = max_model_len; it logged 27,865 tokens (2026-12-03, `forklift probe`). Planned with
+    two batches of the 2,048 tokens asked for, the windows stayed short and the plan over-counted (at 65,536 tokens
+    it planned 385,133 tokens where vLLM-CPU refused to start)."""
+    (found,) = _KV.findall((LONG / "dsv4-16384.kv.txt").read_text())
+    planned = _long_plan(tmp_path, monkeypatch, 16384)
+    assert planned.fits
+    assert planned.kv_tokens == int(found.replace(",", ""))
+
+
+def test_dsv4_at_65536_does_not_fit_as_vllm_cpu_refused_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM-CPU refused 65,536 tokens: '2.35 GiB KV cache is needed, which is larger than the available KV cache
+    memory (1.0 GiB) ... the estimated maximum model length is 27864'."""
+    text = (LONG / "dsv4-65536.error.txt").read_text()
+    needed = re.search(r"\(([0-9.]+) GiB KV cache is needed", text)
+    largest = re.search(r"estimated maximum model length is ([0-9]+)", text)
+    assert needed and largest
+    plan = _long_plan(tmp_path, monkeypatch, 65536)
+    assert not plan.fits
+    assert f"{needed.group(1)} GiB KV cache is needed" in str(plan.error)
+    # vLLM's own estimate of the longest request is 4 tokens shorter than the plan's (27,864 vs 27,868 in 27.9K)
+    assert abs(plan.largest_max_model_len - int(largest.group(1))) <= 8
+
+
+def test_sliding_windows_on_cpu_count_one_batch_in_flight(tmp_path: Path) -> None:
+    """cpu-tiny/gemma4 (sliding window 128) with max_position_embeddings 32,768, at 16,384 tokens and 2,048 batched
+    tokens: vLLM-CPU turns async scheduling off (platforms/cpu.py), so one batch of 2,048 tokens is in flight and a
+    sliding layer holds cdiv(127 + 2048, block) + 1 blocks. It logged 435,771 tokens (2026-12-03, `forklift probe`);
+    counting two batches in flight (the GPU default) planned 286,790."""
+    (found,) = _KV.findall((LONG / "gemma4-32k-16384.kv.txt").read_text())
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(LONG / "gemma4-32k.config.json", model / "config.json")
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "model": {"source": str(model), "load_format": "dummy", "served_name": "tiny"},
+        "nodes": [{"host": "localhost", "hardware": "cpu"}],
+        "serve": {"port": 8000, "max_model_len": 16384, "max_num_batched_tokens": 2048, "enforce_eager": True,
+                  "cpu_kv_cache_gib": 1},
+    }))
+    planned = make(recipes.load(str(recipe)))
+    assert planned.fits
+    assert planned.kv_tokens == int(found.replace(",", ""))
