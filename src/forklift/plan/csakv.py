@@ -39,6 +39,31 @@ def _page(states: int, state_bytes: int) -> int:
     return -(-raw // ALIGN) * ALIGN
 
 
+def block_size(asked: int | None, platform: str) -> int:
+    """cache_config.block_size for DeepSeek-V4. vLLM-CPU (platforms/cpu.py check_and_update_config) overrides any
+    --block-size to 256 with a warning. On a GPU a user block size is kept (platforms/interface.py: Phase 1 is
+    skipped when user_specified_block_size), but the DSv4 sparse-MLA and indexer backends take only 256
+    (models/deepseek_v4/sparse_mla.py, v1/attention/backends/mla/indexer.py get_supported_kernel_block_sizes):
+    128 fails select_common_block_size ('No common block size'), and a multiple of 256 changes pages and block
+    strides (customize_attention_spec MultipleOf(256), get_block_stride_alignment) that the planner does not model."""
+    if asked and asked != BLOCK and platform != "cpu":
+        raise PlanError(f"DeepSeek-V4 with serve.block_size {asked}: vLLM's DeepSeek-V4 sparse-MLA and indexer "
+                        f"kernels take only block size {BLOCK} (models/deepseek_v4/sparse_mla.py, "
+                        "v1/attention/backends/mla/indexer.py); a smaller one fails vLLM's startup with 'No common "
+                        "block size', a larger multiple changes the pages, which the planner does not model",
+                        fix=f"Remove serve.block_size from the recipe, or set it to {BLOCK}.")
+    return BLOCK
+
+
+def cpu_block_note(asked: int | None) -> str | None:
+    """The note for a --block-size vLLM-CPU overrides (platforms/cpu.py: 'DeepSeek-V4 CPU backend requires
+    block_size=256, overriding user-specified block_size')."""
+    if asked and asked != BLOCK:
+        return (f"serve.block_size {asked} is overridden by vLLM-CPU to {BLOCK} for DeepSeek-V4 (platforms/cpu.py "
+                f"warns 'DeepSeek-V4 CPU backend requires block_size=256'); planned at {BLOCK}")
+    return None
+
+
 def check_kv_dtype(kv_dtype: str) -> None:
     """attention.py _resolve_dsv4_kv_cache_dtype: the fp8_ds_mla layout (every 0.32.0 default backend: FlashMLA,
     the SM12x FlashInfer class, vLLM-CPU) takes auto or an fp8 dtype and stores fp8_ds_mla; anything else is

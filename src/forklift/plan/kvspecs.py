@@ -268,8 +268,8 @@ def layer_specs(spec: ModelSpec, start: int, end: int, last: bool, inputs: KvInp
 def base_block(spec: ModelSpec, inputs: KvInputs) -> int:
     """Phase 1: the user's --block-size, else the attention backend's preferred block."""
     table: dict[str, Any] = rules.block_sizes()
-    if spec.csa is not None:  # cpu.py forces 256 for deepseek_v4; CUDA's DSv4 sparse-MLA kernels take only 256
-        return csakv.BLOCK
+    if spec.csa is not None:
+        return csakv.block_size(inputs.block, inputs.platform)
     if inputs.platform == "cpu":
         return int(table["cpu_mla_without_amx"]) if spec.mla is not None and not inputs.amx else (inputs.block or
                                                                                              int(table["cpu"]))

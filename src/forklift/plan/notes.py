@@ -5,7 +5,7 @@ from __future__ import annotations
 from forklift import speculative
 from forklift.model.spec import ModelSpec
 from forklift.model.vision import tower_param_count
-from forklift.plan import gb10, kvspecs, quant_rules, rules
+from forklift.plan import csakv, gb10, kvspecs, quant_rules, rules
 from forklift.plan.core import (
     GIB,
     Context,
@@ -69,8 +69,12 @@ def _platform_notes(core: Core) -> list[str]:
     ctx = core.ctx
     st, vr = ctx.st, ctx.vr
     if st.platform != "cuda":
+        block = core.layouts[0].block_size if ctx.spec.csa is not None else st.block or core.layouts[0].block_size
         cpu = [f"vLLM-CPU: the KV pool is VLLM_CPU_KVCACHE_SPACE = {core.ranks[0].requested_gib:g} GiB per "
-               f"worker; block size {st.block or core.layouts[0].block_size}"]
+               f"worker; block size {block}"]
+        override = csakv.cpu_block_note(st.block) if ctx.spec.csa is not None else None
+        if override:
+            cpu.append(override)
         recipe = ctx.deployment.recipe
         if st.pp > 1 and recipe.serve.enforce_eager and CPU_PP_EAGER_PATCH not in recipe.patch_ids:
             cpu.append(CPU_PP_EAGER)

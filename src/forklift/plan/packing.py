@@ -107,6 +107,7 @@ def packed_groups(specs: list[PackSpec]) -> list[list[int]] | None:
 
 
 def bytes_per_block(specs: list[PackSpec], groups: list[list[int]]) -> int:
-    """_get_kv_cache_bytes_per_block (block-outermost): the largest group's summed pages (the specs here set no
-    block_stride_alignment, so the lcm of alignments is 1)."""
+    """_get_kv_cache_bytes_per_block (block-outermost): the largest group's summed pages. The lcm of the specs'
+    block stride alignments is taken as 1, which holds at block size 256 (the only one planned for DeepSeek-V4,
+    plan/csakv.py block_size); another block size changes them (get_block_stride_alignment)."""
     return max(sum(specs[i].page for i in group) for group in groups)

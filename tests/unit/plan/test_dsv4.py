@@ -244,3 +244,31 @@ def test_flash_geometry_weights_equal_what_vllm_builds(tp: int, measured: int) -
     spec = archrules.from_config(cfg)
     table = weight_table(spec, scheme_from_config(None), 2.0, tp, 1, include_mtp=False)
     assert table.stage(0, 43, True, True) + sum(c.nbytes for c in spec.rope_caches) == measured
+
+
+@pytest.mark.parametrize("block", [128, 512])
+def test_a_gpu_block_size_other_than_256_is_refused(tmp_path: Path, block: int) -> None:
+    """On CUDA vLLM keeps a user --block-size (platforms/interface.py skips Phase 1), but the DSv4 sparse-MLA and
+    indexer backends list only 256 as a kernel block size: 128 fails select_common_block_size, 512 changes pages and
+    block strides."""
+    with pytest.raises(PlanError, match=f"serve.block_size {block}") as err:
+        make(recipe_for(tmp_path, TINY, hardware="h200", tp=2, max_model_len=MAX_LEN, block_size=block),
+             vllm_version="0.32.0")
+    assert "serve.block_size" in str(err.value.fix) and "256" in str(err.value.fix)
+
+
+def test_a_block_size_of_256_plans_as_the_default_on_gpu(tmp_path: Path) -> None:
+    def gpu(**serve: Any) -> Any:
+        return make(recipe_for(tmp_path, TINY, hardware="h200", tp=2, max_model_len=MAX_LEN, **serve),
+                    vllm_version="0.32.0")
+
+    assert _figures(gpu(block_size=256)) == _figures(gpu())
+
+
+def test_vllm_cpu_overrides_the_block_size_to_256_with_a_note(tmp_path: Path) -> None:
+    """platforms/cpu.py: 'DeepSeek-V4 CPU backend requires block_size=256, overriding user-specified block_size'."""
+    default, asked = _plan(tmp_path, TINY), _plan(tmp_path, TINY, block_size=128)
+    assert asked.kv_tokens == default.kv_tokens == 27_749
+    assert any("serve.block_size 128 is overridden by vLLM-CPU to 256" in n for n in asked.notes)
+    assert any("block size 256" in n for n in asked.notes)
+    assert not any("overridden" in n for n in default.notes)
