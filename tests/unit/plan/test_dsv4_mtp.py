@@ -146,3 +146,29 @@ def test_bundled_spark_recipes_plan_the_mtp_draft(name: str, target: int, tp: in
                     vllm_version="0.32.0")
     assert plan.fits and plan.kv_tokens >= 1_048_576 and plan.kv_tokens < no_draft.kv_tokens
     assert any("10,778 blocks" in n for n in plan.notes) and any("10,778 blocks" in n for n in no_draft.notes)
+
+
+@pytest.mark.parametrize("speculative", [
+    {"method": "dspark", "num_speculative_tokens": 2},
+    {"method": "eagle", "model": "org/eagle-head", "num_speculative_tokens": 2},
+    {"method": "eagle3", "model": "org/eagle3-head", "num_speculative_tokens": 2},
+    {"method": "draft_model", "model": "org/small", "num_speculative_tokens": 2},
+    {"method": "dflash", "model": "org/dflash", "num_speculative_tokens": 2},
+    {"method": "medusa", "model": "org/medusa", "num_speculative_tokens": 2},
+])
+def test_a_drafted_method_other_than_mtp_is_refused(tmp_path: Path, speculative: dict[str, Any]) -> None:
+    """A draft network's layers register their own specs in DeepSeek-V4's packing (nvidia/dspark.py builds full
+    DeepseekV4DecoderLayers; kv_cache_utils.py _uses_trailing_mtp_layers): only mtp's are modelled."""
+    recipe = recipe_for(tmp_path, FLASH, hardware="gb10", nodes=2, tp=2, max_model_len=131072,
+                        speculative=speculative)
+    with pytest.raises(SpeculativeConfigError) as err:
+        make(recipe, vllm_version="0.32.0")
+    assert "dsv4-draft-not-modelled" in _rule_ids(err.value)
+    assert speculative["method"] in err.value.message and "method mtp" in str(err.value.fix)
+
+
+@pytest.mark.parametrize("method", ["ngram", "suffix"])
+def test_a_method_without_a_draft_model_still_plans(tmp_path: Path, method: str) -> None:
+    recipe = recipe_for(tmp_path, FLASH, hardware="gb10", nodes=2, tp=2, max_model_len=131072,
+                        speculative={"method": method, "num_speculative_tokens": 2})
+    assert make(recipe, vllm_version="0.32.0").kv_tokens > 0
