@@ -272,3 +272,17 @@ def test_vllm_cpu_overrides_the_block_size_to_256_with_a_note(tmp_path: Path) ->
     assert any("serve.block_size 128 is overridden by vLLM-CPU to 256" in n for n in asked.notes)
     assert any("block size 256" in n for n in asked.notes)
     assert not any("overridden" in n for n in default.notes)
+
+
+@pytest.mark.parametrize(("arch", "version", "first"), [
+    ("DeepseekV4ForCausalLM", "0.14.0", "0.20.0"),
+    ("DeepseekV4ForCausalLM", "0.19.0", "0.20.0"),
+    ("DeepseekV4ForConditionalGeneration", "0.29.0", "0.30.0"),
+])
+def test_a_vllm_release_before_the_architecture_is_refused(tmp_path: Path, arch: str, version: str,
+                                                           first: str) -> None:
+    """DeepseekV4ForCausalLM is in vLLM's model registry from 0.20.0, DeepseekV4ForConditionalGeneration from
+    0.30.0."""
+    recipe = recipe_for(tmp_path, {**TINY, "architectures": [arch]}, hardware="h200", tp=2, max_model_len=MAX_LEN)
+    with pytest.raises(PlanError, match=f"vLLM {version} does not serve {arch} \\(first in {first}\\)"):
+        make(recipe, vllm_version=version)
