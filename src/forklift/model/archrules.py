@@ -460,7 +460,7 @@ def build(raw: Cfg, *, name: str, source: str) -> ModelSpec:
         mtp_layers=_int_or(cfg, str(mtp["key"]), 0), mtp_proj_split=mtp["proj_split"], mtp_norms=int(mtp["norms"]),
         vision=_vision(raw, fam, arch, hidden, source),
         text_only=_text_only(fam, arch, cfg),
-        rope_caches=csa_rope_caches(cfg, csa) if csa is not None else rope_caches(
+        rope_caches=csa_rope_caches(cfg, csa, ctx) if csa is not None else rope_caches(
             cfg, fam, plan, head_dim, _DTYPE_BYTES.get(dtype, 2)),
         quant=scheme_from_config(cfg.get("quantization_config"), source=source, hf=cfg),
     )

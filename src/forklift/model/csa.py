@@ -5,12 +5,35 @@ forklift/plan/csakv.py, the weights in forklift/model/tensors.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from forklift.errors import ModelError
 from forklift.model.configjson import Cfg, need_int
 from forklift.model.spec import CompressedMlaSpec, RopeCache
 
 _RATIOS = (1, 4, 128)  # compressor.py CompressorStateCache.__init__: assert compress_ratio in [4, 128]
 _HEAD_DIMS = (512,)  # cpu/cpu_compressor.py forward, compressor.py DeepseekCompressor.__init__ (the main cache)
+
+
+def _int(value: Any, name: str, ctx: tuple[str, str]) -> int:
+    """An integer config value (``name`` as the user finds it in config.json), else a ModelError naming it."""
+    try:
+        if isinstance(value, bool) or value is None:
+            raise TypeError
+        return int(value)
+    except (TypeError, ValueError):
+        raise ModelError(f"{ctx[0]}: {ctx[1]}'s config.json '{name}' must be an integer, got {value!r}",
+                         fix=f"Fix '{name}' in config.json (copy it from the model's published config).") from None
+
+
+def _number(value: Any, name: str, ctx: tuple[str, str]) -> float:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError):
+        raise ModelError(f"{ctx[0]}: {ctx[1]}'s config.json '{name}' must be a number, got {value!r}",
+                         fix=f"Fix '{name}' in config.json (copy it from the model's published config).") from None
 
 
 def csa_spec(cfg: Cfg, n: int, ctx: tuple[str, str]) -> CompressedMlaSpec:
@@ -23,7 +46,7 @@ def csa_spec(cfg: Cfg, n: int, ctx: tuple[str, str]) -> CompressedMlaSpec:
     if not (isinstance(raw, list) and len(raw) >= n):
         raise ModelError(f"{source}: {arch} needs compress_ratios with one entry per layer ({n})",
                          fix="Copy compress_ratios from the model's published config.json.")
-    ratios = tuple(max(1, int(r)) for r in raw[:n])
+    ratios = tuple(max(1, _int(r, f"compress_ratios[{i}]", ctx)) for i, r in enumerate(raw[:n]))
     odd = sorted({r for r in ratios if r not in _RATIOS})
     if odd:
         raise ModelError(f"{source}: compress_ratios has {odd}; vLLM's compressor takes 4 or 128 (0 / 1: none)",
@@ -38,23 +61,31 @@ def csa_spec(cfg: Cfg, n: int, ctx: tuple[str, str]) -> CompressedMlaSpec:
         o_groups=need_int(cfg, "o_groups", ctx), window=need_int(cfg, "sliding_window", ctx), ratios=ratios,
         index_n_heads=need_int(cfg, "index_n_heads", ctx), index_head_dim=need_int(cfg, "index_head_dim", ctx),
         index_topk=need_int(cfg, "index_topk", ctx), hc_mult=need_int(cfg, "hc_mult", ctx),
-        num_hash_layers=int(cfg.get("num_hash_layers") or 0), noaux_bias=cfg.get("topk_method") == "noaux_tc")
+        num_hash_layers=_int(cfg.get("num_hash_layers") or 0, "num_hash_layers", ctx),
+        noaux_bias=cfg.get("topk_method") == "noaux_tc")
 
 
-def csa_rope_caches(cfg: Cfg, csa: CompressedMlaSpec) -> tuple[RopeCache, ...]:
+def csa_rope_caches(cfg: Cfg, csa: CompressedMlaSpec, ctx: tuple[str, str]) -> tuple[RopeCache, ...]:
     """common/rope.py build_deepseek_v4_rope -> rotary_embedding DeepseekV4ScalingRotaryEmbedding: an fp32 cos/sin
     buffer of original_max_position x factor rows x rope_dim, one per parameter set (get_rope's cache): the
     sliding-only layers' plain rope (factor 1 over max_position_embeddings, rope_theta) and, when a layer
     compresses, the compressed layers' (compress_rope_theta; the config's YaRN factor over its
     original_max_position_embeddings unless its rope_type is default)."""
-    max_position = int(cfg.get("max_position_embeddings") or 1048576)  # DeepseekV4Config default
+    max_position = _int(cfg.get("max_position_embeddings") or 1048576, "max_position_embeddings", ctx)  # the default
     caches = [RopeCache(mixers=("attention",), rows=max_position, width=csa.rope_head_dim, dtype_bytes=4)]
     if any(r > 1 for r in csa.ratios):
-        params = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+        key = "rope_scaling" if cfg.get("rope_scaling") else "rope_parameters"
+        params = cfg.get(key) or {}
+        if not isinstance(params, dict):
+            raise ModelError(f"{ctx[0]}: {ctx[1]}'s config.json '{key}' must be an object (rope_type, factor, "
+                             f"original_max_position_embeddings), got {params!r}",
+                             fix=f"Fix '{key}' in config.json (copy it from the model's published config).")
         if isinstance(params.get("compress"), dict):
-            params = params["compress"]
+            key, params = f"{key}.compress", params["compress"]
         kind = str(params.get("rope_type") or params.get("type") or "default")
+        original = params.get("original_max_position_embeddings") or max_position
         rows = max_position if kind == "default" else int(
-            int(params.get("original_max_position_embeddings") or max_position) * float(params.get("factor") or 1))
+            _int(original, f"{key}.original_max_position_embeddings", ctx)
+            * _number(params.get("factor") or 1, f"{key}.factor", ctx))
         caches.append(RopeCache(mixers=("attention",), rows=rows, width=csa.rope_head_dim, dtype_bytes=4))
     return tuple(caches)
