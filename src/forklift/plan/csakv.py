@@ -24,6 +24,7 @@ from __future__ import annotations
 from forklift.errors import PlanError
 from forklift.model.spec import CompressedMlaSpec, ModelSpec
 from forklift.plan.kvcache import LayerKv
+from forklift.plan.rounding import round_up
 
 SWA_BLOCK = 64  # sparse_swa.py DeepseekV4SWACache.__init__ block_size default
 ROW_BYTES = 584  # fp8_ds_mla: 448 B fp8 NoPE + 128 B bf16 RoPE + 8 B UE8M0 scales (attention.py get_kv_cache_spec)
@@ -35,8 +36,7 @@ FP32 = 4
 
 
 def _page(states: int, state_bytes: int) -> int:
-    raw = states * state_bytes
-    return -(-raw // ALIGN) * ALIGN
+    return round_up(states * state_bytes, ALIGN)
 
 
 def block_size(asked: int | None, platform: str) -> int:

@@ -20,12 +20,9 @@ from typing import Literal, Protocol
 
 from forklift.errors import PlanError
 from forklift.plan.packing import PackSpec, bytes_per_block, packed_groups
+from forklift.plan.rounding import cdiv
 
 Kind = Literal["full", "sliding", "mla", "mamba"]
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)

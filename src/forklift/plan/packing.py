@@ -13,9 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+from forklift.plan.rounding import cdiv
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any
 from forklift.model.quant import QuantScheme, layouts
 from forklift.model.spec import ModelSpec, Tensor
 from forklift.model.tensors import model_tensors
+from forklift.plan.rounding import round_up
 
 _QKV = ("q_proj", "k_proj", "v_proj")
 
@@ -122,10 +123,6 @@ def choose(scheme: QuantScheme, shape: Shape, capability: int) -> Kernel | None:
     return None
 
 
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
 def padded(kernel: Kernel, scheme: QuantScheme, shape: Shape) -> tuple[int, int]:
     """(N, K) of the fused layer after the kernel's tile padding (utils/marlin_utils.py marlin_padded_nk: the cheaper
     of two [n, k] tile families, K kept a multiple of the group)."""
@@ -135,7 +132,7 @@ def padded(kernel: Kernel, scheme: QuantScheme, shape: Shape) -> tuple[int, int]
         return n, k
     group = group_of(scheme, kernel)
     g = group if group > 0 and pad.get("k_multiple_of_group") else 1
-    options = [(_round_up(n, int(pn)), _round_up(k, math.lcm(int(pk), g))) for pn, pk in pad["candidates"]]
+    options = [(round_up(n, int(pn)), round_up(k, math.lcm(int(pk), g))) for pn, pk in pad["candidates"]]
     return min(options, key=lambda nk: (nk[0] * nk[1], nk[0] + nk[1]))
 
 

@@ -13,13 +13,10 @@ from forklift.model.quant import QuantScheme
 from forklift.model.spec import ModelSpec, Tensor
 from forklift.model.tensors import model_tensors
 from forklift.plan.quant_layout import StoredLayout
+from forklift.plan.rounding import cdiv, round_up
 
 GIB = 2**30
 _VOCAB_PAD = 64
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # --------------------------------------------------------------------------------------------- weights
@@ -77,23 +74,19 @@ class ExpertShare:
         return 1.0 / self.tp
 
 
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
 def _mxfp4_experts(spec: ModelSpec, tensor: Tensor, share: ExpertShare, nbytes_per: float) -> float:
     """gpt-oss MXFP4 experts as the backend allocates them: padded hidden and per-partition intermediate."""
     assert spec.moe is not None and share.mxfp4_pad is not None
     pad_h, pad_i = share.mxfp4_pad
     tp = 1 if share.local is not None else share.tp
     experts = share.local if share.local is not None else spec.moe.n_routed
-    hidden = _round_up(spec.hidden_size, pad_h)
-    inter = _round_up(-(-spec.moe.intermediate // tp), pad_i)
+    hidden = round_up(spec.hidden_size, pad_h)
+    inter = round_up(cdiv(spec.moe.intermediate, tp), pad_i)
     if share.mxfp4_stored is not None:  # values 4 bits; each swizzled scale (N rows x K groups of 32) padded
         k_mult, m_mult, bias_bytes = share.mxfp4_stored
 
         def scales(rows: int, k: int) -> int:
-            return _round_up(rows, m_mult) * _round_up(_round_up(k // 32, k_mult), 2)
+            return round_up(rows, m_mult) * round_up(round_up(k // 32, k_mult), 2)
 
         if tensor.linear:
             return experts * (3 * hidden * inter / 2 + scales(2 * inter, hidden) + scales(hidden, inter))
