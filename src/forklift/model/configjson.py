@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from forklift.errors import ModelError
 
 Cfg = Mapping[str, Any]
+N = TypeVar("N", int, float)
 
 
 def load_config(path: Path) -> dict[str, Any]:
@@ -49,3 +50,16 @@ def need_int(cfg: Cfg, key: str | list[str], ctx: tuple[str, str]) -> int:
     except (TypeError, ValueError):
         raise ModelError(f"{source}: '{name}' must be an integer, got {value!r}",
                          fix=f"Fix '{name}' in config.json.") from None
+
+
+def as_number(value: Any, name: str, ctx: tuple[str, str], kind: Callable[[Any], N]) -> N:
+    """A config value that must be an integer (``kind`` int) or a number (``kind`` float); ``name`` as the user finds
+    it in config.json (e.g. ``compress_ratios[3]``). None and booleans are refused, not read as 0 / 1."""
+    try:
+        if isinstance(value, bool) or value is None:
+            raise TypeError
+        return kind(value)
+    except (TypeError, ValueError):
+        what = "an integer" if kind is int else "a number"
+        raise ModelError(f"{ctx[0]}: {ctx[1]}'s config.json '{name}' must be {what}, got {value!r}",
+                         fix=f"Fix '{name}' in config.json (copy it from the model's published config).") from None

@@ -5,35 +5,12 @@ forklift/plan/csakv.py, the weights in forklift/model/tensors.py."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from forklift.errors import ModelError
-from forklift.model.configjson import Cfg, need_int
+from forklift.model.configjson import Cfg, as_number, need_int
 from forklift.model.spec import CompressedMlaSpec, RopeCache
 
 _RATIOS = (1, 4, 128)  # compressor.py CompressorStateCache.__init__: assert compress_ratio in [4, 128]
 _HEAD_DIMS = (512,)  # cpu/cpu_compressor.py forward, compressor.py DeepseekCompressor.__init__ (the main cache)
-
-
-def _int(value: Any, name: str, ctx: tuple[str, str]) -> int:
-    """An integer config value (``name`` as the user finds it in config.json), else a ModelError naming it."""
-    try:
-        if isinstance(value, bool) or value is None:
-            raise TypeError
-        return int(value)
-    except (TypeError, ValueError):
-        raise ModelError(f"{ctx[0]}: {ctx[1]}'s config.json '{name}' must be an integer, got {value!r}",
-                         fix=f"Fix '{name}' in config.json (copy it from the model's published config).") from None
-
-
-def _number(value: Any, name: str, ctx: tuple[str, str]) -> float:
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        return float(value)
-    except (TypeError, ValueError):
-        raise ModelError(f"{ctx[0]}: {ctx[1]}'s config.json '{name}' must be a number, got {value!r}",
-                         fix=f"Fix '{name}' in config.json (copy it from the model's published config).") from None
 
 
 def csa_spec(cfg: Cfg, n: int, ctx: tuple[str, str]) -> CompressedMlaSpec:
@@ -46,7 +23,7 @@ def csa_spec(cfg: Cfg, n: int, ctx: tuple[str, str]) -> CompressedMlaSpec:
     if not (isinstance(raw, list) and len(raw) >= n):
         raise ModelError(f"{source}: {arch} needs compress_ratios with one entry per layer ({n})",
                          fix="Copy compress_ratios from the model's published config.json.")
-    ratios = tuple(max(1, _int(r, f"compress_ratios[{i}]", ctx)) for i, r in enumerate(raw[:n]))
+    ratios = tuple(max(1, as_number(r, f"compress_ratios[{i}]", ctx, int)) for i, r in enumerate(raw[:n]))
     odd = sorted({r for r in ratios if r not in _RATIOS})
     if odd:
         raise ModelError(f"{source}: compress_ratios has {odd}; vLLM's compressor takes 4 or 128 (0 / 1: none)",
@@ -61,7 +38,7 @@ def csa_spec(cfg: Cfg, n: int, ctx: tuple[str, str]) -> CompressedMlaSpec:
         o_groups=need_int(cfg, "o_groups", ctx), window=need_int(cfg, "sliding_window", ctx), ratios=ratios,
         index_n_heads=need_int(cfg, "index_n_heads", ctx), index_head_dim=need_int(cfg, "index_head_dim", ctx),
         index_topk=need_int(cfg, "index_topk", ctx), hc_mult=need_int(cfg, "hc_mult", ctx),
-        num_hash_layers=_int(cfg.get("num_hash_layers") or 0, "num_hash_layers", ctx),
+        num_hash_layers=as_number(cfg.get("num_hash_layers") or 0, "num_hash_layers", ctx, int),
         noaux_bias=cfg.get("topk_method") == "noaux_tc")
 
 
@@ -71,7 +48,8 @@ def csa_rope_caches(cfg: Cfg, csa: CompressedMlaSpec, ctx: tuple[str, str]) -> t
     sliding-only layers' plain rope (factor 1 over max_position_embeddings, rope_theta) and, when a layer
     compresses, the compressed layers' (compress_rope_theta; the config's YaRN factor over its
     original_max_position_embeddings unless its rope_type is default)."""
-    max_position = _int(cfg.get("max_position_embeddings") or 1048576, "max_position_embeddings", ctx)  # the default
+    max_position = as_number(cfg.get("max_position_embeddings") or 1048576,  # DeepseekV4Config's default
+                             "max_position_embeddings", ctx, int)
     caches = [RopeCache(mixers=("attention",), rows=max_position, width=csa.rope_head_dim, dtype_bytes=4)]
     if any(r > 1 for r in csa.ratios):
         key = "rope_scaling" if cfg.get("rope_scaling") else "rope_parameters"
@@ -85,7 +63,7 @@ def csa_rope_caches(cfg: Cfg, csa: CompressedMlaSpec, ctx: tuple[str, str]) -> t
         kind = str(params.get("rope_type") or params.get("type") or "default")
         original = params.get("original_max_position_embeddings") or max_position
         rows = max_position if kind == "default" else int(
-            _int(original, f"{key}.original_max_position_embeddings", ctx)
-            * _number(params.get("factor") or 1, f"{key}.factor", ctx))
+            as_number(original, f"{key}.original_max_position_embeddings", ctx, int)
+            * as_number(params.get("factor") or 1, f"{key}.factor", ctx, float))
         caches.append(RopeCache(mixers=("attention",), rows=rows, width=csa.rope_head_dim, dtype_bytes=4))
     return tuple(caches)
