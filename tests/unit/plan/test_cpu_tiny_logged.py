@@ -33,20 +33,26 @@ def test_every_recorded_log_has_its_config() -> None:
         assert (TINY / f"{name}.config.json").is_file(), name
 
 
-@pytest.mark.parametrize("name", LOGGED)
-def test_plan_equals_the_kv_tokens_vllm_cpu_logged(name: str, tmp_path: Path) -> None:
-    (found,) = _KV.findall((TINY / f"{name}.kv.txt").read_text())
-    logged = int(found.replace(",", ""))
+def _plan_cpu(tmp_path: Path, config: Path, **serve: int) -> Plan:
+    """``config`` served as test_plan_cpu_kv's recipe does (dummy weights, eager, 1 GiB KV pool on vLLM-CPU), with
+    ``serve`` (max_model_len 2048 unless given) on top."""
     model = tmp_path / "model"
     model.mkdir()
-    shutil.copy(TINY / f"{name}.config.json", model / "config.json")
+    shutil.copy(config, model / "config.json")
     recipe = tmp_path / "tiny.yaml"
     recipe.write_text(yaml.safe_dump({
         "model": {"source": str(model), "load_format": "dummy", "served_name": "tiny"},
         "nodes": [{"host": "localhost", "hardware": "cpu"}],
-        "serve": {"port": 8000, "max_model_len": 2048, "enforce_eager": True, "cpu_kv_cache_gib": 1},
+        "serve": {"port": 8000, "max_model_len": 2048, "enforce_eager": True, "cpu_kv_cache_gib": 1, **serve},
     }))
-    planned = make(recipes.load(str(recipe)))
+    return make(recipes.load(str(recipe)))
+
+
+@pytest.mark.parametrize("name", LOGGED)
+def test_plan_equals_the_kv_tokens_vllm_cpu_logged(name: str, tmp_path: Path) -> None:
+    (found,) = _KV.findall((TINY / f"{name}.kv.txt").read_text())
+    logged = int(found.replace(",", ""))
+    planned = _plan_cpu(tmp_path, TINY / f"{name}.config.json")
     assert planned.fits
     assert planned.kv_tokens == logged, f"{name}: planned {planned.kv_tokens}, vLLM-CPU logged {logged}"
 
@@ -59,17 +65,7 @@ def _long_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_len: int) ->
     machine that logged LONG's lines: its log says 'MLA is enabled on a non-GPU platform; forcing chunked prefill
     and prefix caching to be disabled', so vLLM raised max_num_batched_tokens to max_model_len)."""
     monkeypatch.setattr("forklift.plan.context.local_amx", lambda: False)
-    model = tmp_path / "model"
-    model.mkdir()
-    shutil.copy(TINY / "dsv4.config.json", model / "config.json")
-    recipe = tmp_path / "tiny.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "model": {"source": str(model), "load_format": "dummy", "served_name": "tiny"},
-        "nodes": [{"host": "localhost", "hardware": "cpu"}],
-        "serve": {"port": 8000, "max_model_len": max_len, "max_num_batched_tokens": 2048, "enforce_eager": True,
-                  "cpu_kv_cache_gib": 1},
-    }))
-    return make(recipes.load(str(recipe)))
+    return _plan_cpu(tmp_path, TINY / "dsv4.config.json", max_model_len=max_len, max_num_batched_tokens=2048)
 
 
 def test_dsv4_window_caches_hold_the_whole_request_at_a_long_context_on_cpu(
@@ -105,16 +101,6 @@ def test_sliding_windows_on_cpu_count_one_batch_in_flight(tmp_path: Path) -> Non
     sliding layer holds cdiv(127 + 2048, block) + 1 blocks. It logged 435,771 tokens (2026-12-03, `forklift probe`);
     counting two batches in flight (the GPU default) planned 286,790."""
     (found,) = _KV.findall((LONG / "gemma4-32k-16384.kv.txt").read_text())
-    model = tmp_path / "model"
-    model.mkdir()
-    shutil.copy(LONG / "gemma4-32k.config.json", model / "config.json")
-    recipe = tmp_path / "tiny.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "model": {"source": str(model), "load_format": "dummy", "served_name": "tiny"},
-        "nodes": [{"host": "localhost", "hardware": "cpu"}],
-        "serve": {"port": 8000, "max_model_len": 16384, "max_num_batched_tokens": 2048, "enforce_eager": True,
-                  "cpu_kv_cache_gib": 1},
-    }))
-    planned = make(recipes.load(str(recipe)))
+    planned = _plan_cpu(tmp_path, LONG / "gemma4-32k.config.json", max_model_len=16384, max_num_batched_tokens=2048)
     assert planned.fits
     assert planned.kv_tokens == int(found.replace(",", ""))
