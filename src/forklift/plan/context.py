@@ -81,8 +81,6 @@ class Context:
             include_mtp=st.include_mtp, prefix_caching=st.prefix_caching)
 
 
-_CPU_DEFAULT_MNBT = 2048  # config/scheduler.py SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
-
 def node_profiles(deployment: Deployment) -> list[HardwareProfile]:
     """Hardware profile per node: the local CPU's AMX when it plans for this machine, and the memory measured by
     ``forklift hw --node`` on unified-memory nodes (free at launch, and the total)."""
@@ -110,6 +108,9 @@ def _check_version(spec: ModelSpec, release: rules.VersionRules) -> None:
                         "architecture name if its config offers one.")
 
 
+_CPU_DEFAULT_MNBT = 2048  # config/scheduler.py SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
+
+
 def settings(deployment: Deployment, spec: ModelSpec, profiles: list[HardwareProfile],
              release: rules.VersionRules, compile_cache: str = "cold") -> Settings:
     s, par = deployment.recipe.serve, deployment.recipe.parallel
@@ -122,7 +123,7 @@ def settings(deployment: Deployment, spec: ModelSpec, profiles: list[HardwarePro
     spec_method = s.speculative.method if s.speculative is not None else None
     max_len = s.max_model_len or spec.default_max_len or 2048  # vLLM's derived length, else its 2048
     mnbt = s.max_num_batched_tokens or d_mnbt
-    if platform == "cpu" and (spec.mla is not None or spec.csa is not None) and not prof.amx:
+    if platform == "cpu" and spec.attention == "mla" and not prof.amx:  # vLLM's model_config.use_mla
         # platforms/cpu.py check_and_update_config: MLA without AMX kernels ("MLA is enabled on a non-GPU platform;
         # forcing chunked prefill and prefix caching to be disabled") sets max_num_batched_tokens to
         # max(max_model_len, SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048), whatever was asked
