@@ -238,6 +238,14 @@ def _per_layer_embeddings(s: ModelSpec) -> list[Tensor]:
                    where="embed", linear=False, role="norm")]
 
 
+def _hc_head(s: ModelSpec, module: str, role: Role) -> Tensor:
+    """DeepSeek-V4's hyper-connection head: hc_head_fn (hc x hc.hidden), hc_head_base (hc), hc_head_scale (1), fp32."""
+    assert s.csa is not None
+    hc = s.csa.hc_mult
+    return Tensor(module=module, numel=hc * hc * s.hidden_size + hc + 1, split="replicated", where="final",
+                  linear=False, role=role, dtype_bytes=4)
+
+
 def model_tensors(s: ModelSpec, include_mtp: bool = False) -> list[Tensor]:
     """Every weight tensor in vLLM's layout (fused projections counted as their parts)."""
     h = s.hidden_size
@@ -248,10 +256,8 @@ def model_tensors(s: ModelSpec, include_mtp: bool = False) -> list[Tensor]:
     if s.vision is not None:
         out.extend(tower_tensors(s.vision))
     out.append(Tensor(module="model.norm", numel=h, split="replicated", where="final", linear=False, role="norm"))
-    if s.csa is not None:  # cpu/model.py DeepseekV4Model: hc_head_fn (hc x hc.hidden), hc_head_base, hc_head_scale
-        hc = s.csa.hc_mult
-        out.append(Tensor(module="model.hc_head", numel=hc * hc * h + hc + 1, split="replicated", where="final",
-                          linear=False, role="norm", dtype_bytes=4))
+    if s.csa is not None:  # cpu/model.py DeepseekV4Model
+        out.append(_hc_head(s, "model.hc_head", "norm"))
     out.append(Tensor(module="lm_head", numel=s.vocab_size * h, split="vocab", where="lm_head", role="lm_head"))
     if include_mtp and s.mtp_layers:
         for k in range(s.mtp_layers):
@@ -262,10 +268,8 @@ def model_tensors(s: ModelSpec, include_mtp: bool = False) -> list[Tensor]:
                             role="mtp"),
                      Tensor(module=f"{prefix}.norms", numel=s.mtp_norms * h, split="replicated", where="final",
                             linear=False, role="mtp")]
-            if s.csa is not None:  # deepseek_v4/nvidia/mtp.py: the MTP layer's own fp32 hc_head_fn / base / scale
-                hc = s.csa.hc_mult
-                extra.append(Tensor(module=f"{prefix}.hc_head", numel=hc * hc * h + hc + 1, split="replicated",
-                                    where="final", linear=False, role="mtp", dtype_bytes=4))
+            if s.csa is not None:  # deepseek_v4/nvidia/mtp.py: the MTP layer's own
+                extra.append(_hc_head(s, f"{prefix}.hc_head", "mtp"))
             for t in [*layer_tensors(s, mtp, prefix), *extra]:
                 out.append(replace(t, where="final", layer=None))
     return out
