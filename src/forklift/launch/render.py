@@ -152,7 +152,8 @@ class _Ctx:
 
 
 def check_layout(recipe: Recipe) -> None:
-    """What render refuses whatever the planner knows: nodes without a rank, Ray on CPU, repeated hosts."""
+    """What render refuses whatever the planner knows: nodes without a rank, Ray on CPU, an in-process engine beyond
+    one CPU node, repeated hosts."""
     nnodes = len(recipe.nodes)
     par = recipe.parallel
     if nnodes > 1 and par.backend == "native" and par.tp * par.pp * par.dp < nnodes:
@@ -168,6 +169,17 @@ def check_layout(recipe: Recipe) -> None:
                 "(its ray_device_key is empty; `vllm serve` would stop with 'current platform cpu does not support "
                 "ray' after the Ray cluster formed)",
                 fix="Use parallel.backend: native (the default) for CPU nodes; the Ray backend needs GPU nodes.",
+            )
+    if recipe.serve.engine_in_process:  # null resolves to true only where this admits it (flags.engine_in_process)
+        gpu = [n.host for n in recipe.nodes if hardware_profile(n.hardware).kind != "cpu"]
+        if nnodes > 1 or par.dp > 1 or gpu:
+            why = (f"{nnodes} nodes" if nnodes > 1 else f"parallel.dp = {par.dp}" if par.dp > 1
+                   else f"GPU node {gpu[0]}")
+            raise RecipeError(
+                f"serve.engine_in_process with {why}: it runs vLLM's one engine loop inside the API server, which "
+                "forklift measured on vLLM-CPU on one node only (headless ranks and data-parallel engines have no "
+                "API server to share)",
+                fix="Drop serve.engine_in_process (or set it false) for this deployment.",
             )
     hosts = [n.host for n in recipe.nodes]
     dupes = sorted({h for h in hosts if hosts.count(h) > 1})
