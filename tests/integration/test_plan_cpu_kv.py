@@ -1,10 +1,12 @@
-"""The planner's KV size equals vLLM-CPU's, to the block, for four tiny dummy-weight architectures, one per KV cache
-layout the planner models beyond full attention (MLA, per-kind heads with K != V, K = V with a MoE, KV-shared layers;
-full attention: test_probe.py plans and probes the default).
+"""The planner's KV size equals live vLLM-CPU's, to the block, for a tiny dummy-weight architecture whose layer
+kinds have their own KV heads and K != V head sizes (MiMo-V2: pages unified across KV cache groups, the layout the
+planner models with the most steps). Full attention: test_probe.py plans and probes the default.
 
-Each engine starts through `forklift probe` (dummy weights, eager, 1 GiB KV pool, max_model_len 2048; stopped once
-the KV cache is sized), one after another; the `CPU KV cache size: N tokens` its rank log holds is compared with
-`forklift.plan.make`.
+The engine starts through `forklift probe` (dummy weights, eager, 1 GiB KV pool, max_model_len 2048; stopped once
+the KV cache is sized); the `CPU KV cache size: N tokens` its rank log holds is compared with `forklift.plan.make`.
+Every other tiny architecture vLLM-CPU sized (MLA, Gemma 4's K = V and KV-shared layers, DeepSeek-V4, the MoEs) is
+held to its recorded line by tests/unit/plan/test_cpu_tiny_logged.py without a start; `python -m
+benchmarks.plan_cpu_live` re-measures them all live (to run after moving the vllm-cpu pin).
 """
 
 from __future__ import annotations
@@ -30,15 +32,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.ji
 _KV = re.compile(r"CPU KV cache size: ([0-9,]+) tokens")
 
 CASES = {
-    # full attention (SmolLM2, llama): tests/integration/test_probe.py holds `plan default` to the engine's figure
-    "dsv3-mla": TINY / "dsv3.config.json",
-    # qwen3moe and glm4moe size their KV as llama does (one FullAttentionSpec per layer): their recorded vLLM-CPU
-    # logs (cpu-tiny/*.kv.txt) are held to the plan by tests/unit/plan/test_cpu_tiny_logged.py without a start
-    # layer kinds with their own KV heads / K and V head sizes: pages unified (unify_kv_cache_spec_page_size)
     "mimo-v2": TINY / "mimo_v2.config.json",
-    "gemma4": TINY / "gemma4.config.json",
-    # Gemma 4 E-style: KV-shared layers (no cache of their own), per-layer embeddings, double-wide MLP
-    "gemma4-e": TINY / "gemma4_e.config.json",
 }
 
 

