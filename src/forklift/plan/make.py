@@ -251,6 +251,11 @@ def make(target: Deployment | Recipe, *, vllm_version: str | None = None, source
     """
     deployment = deployment_of(target)
     patch_notes = _patch_notes(deployment.recipe)  # unknown ids refused, overrides noted
+    pinned = deployment.recipe.runtime.vllm_version
+    if vllm_version is None and pinned is not None:  # --vllm-version over the recipe's runtime.vllm_version
+        vllm_version = pinned.split("+")[0]
+        patch_notes = [f"no --vllm-version: planned for vLLM {vllm_version}, the recipe's runtime.vllm_version",
+                       *patch_notes]
     # [speculative] refuse what vLLM rejects before the model is read, then the model-dependent rules
     speculative.check(deployment.recipe, vllm_version=vllm_version, default_version=rules.default_version())
     src = source or spec_for(deployment.recipe.model)

@@ -184,7 +184,7 @@ def _kv_notes(core: Core) -> list[str]:
     if core.ctx.spec.csa is not None and not core.ctx.vr.version.startswith("0.32."):
         notes.append(f"DeepSeek-V4's cache specs and their packing were read in vLLM 0.32.0 (models/deepseek_v4/, "
                      f"kv_cache_utils.py _get_packed_kv_cache_groups), not in {core.ctx.vr.version}: plan with "
-                     "--vllm-version 0.32.0 or probe the nodes")
+                     "--vllm-version 0.32.0 (or runtime.vllm_version: 0.32.0 in the recipe), or probe the nodes")
     if st.dp > 1:
         notes.append(f"data parallel {st.dp}: each replica has its own KV pool; experts "
                      + ("whole per rank (EP over tp x dp)" if st.ep else f"split {st.tp * st.dp} ways (TP x DP)"))

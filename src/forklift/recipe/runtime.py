@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
 from forklift.recipe.strict import Strict
+
+
+def _release(v: str | None) -> str | None:
+    if v is not None and not re.fullmatch(r"\d+\.\d+(\.\d+)?([.+-][0-9A-Za-z.+-]*)?", v):
+        raise ValueError(f"{v!r}: expected a vLLM release such as 0.32.0")
+    return v
+
+
+VllmRelease = Annotated[str | None, AfterValidator(_release), Field(
+    default=None, description="The vLLM release this runtime serves (for example 0.32.0): `plan` applies that "
+    "release's rules when no --vllm-version is given. Null: the release a probe of these nodes ran, else the "
+    "planner's default release.",
+)]
 
 
 class VenvRuntime(Strict):
     """vLLM installed in a Python environment on each node."""
 
     kind: Literal["venv"] = "venv"
+    vllm_version: VllmRelease = None
     python: str | None = Field(
         default=None, description="Python interpreter with vLLM; default: the one running forklift."
     )
@@ -64,6 +79,7 @@ class DockerRuntime(Strict):
 
     kind: Literal["docker"] = "docker"
     image: str = Field(description="Image with vLLM installed.")
+    vllm_version: VllmRelease = None
     gpus: str | None = Field(default="all", description="Value for `docker run --gpus`; null for CPU.")
     container_model_path: str | None = Field(
         default=None,

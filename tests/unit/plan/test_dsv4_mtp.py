@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from forklift import recipe as recipes
-from forklift.errors import PlanError, SpeculativeConfigError
+from forklift.errors import PlanError, RecipeError, SpeculativeConfigError
 from forklift.model import archrules
 from forklift.plan import csakv, make
 from forklift.plan.kvcache import KvConfig, layout
@@ -146,6 +146,27 @@ def test_bundled_spark_recipes_plan_the_mtp_draft(name: str, target: int, tp: in
                     vllm_version="0.32.0")
     assert plan.fits and plan.kv_tokens >= 1_048_576 and plan.kv_tokens < no_draft.kv_tokens
     assert any("10,778 blocks" in n for n in plan.notes) and any("10,778 blocks" in n for n in no_draft.notes)
+
+
+def test_the_recipes_runtime_vllm_version_picks_the_release_unless_the_flag_names_one() -> None:
+    """The bundled DeepSeek-V4 recipes pin runtime.vllm_version 0.32.0 (the release the model was read from): a plain
+    plan applies it and says so; --vllm-version still wins; a recipe without the pin gets the planner's default."""
+    recipe = recipes.load("deepseek-v4-flash-2x-spark")
+    assert recipe.runtime.vllm_version == "0.32.0"
+    plain, flagged = make(recipe), make(recipe, vllm_version="0.32.0")
+    assert plain.vllm_version == "0.32.0" and plain.kv_tokens == flagged.kv_tokens
+    assert any("the recipe's runtime.vllm_version" in n for n in plain.notes)
+    assert not any("runtime.vllm_version" in n for n in flagged.notes)
+    older = make(recipe, vllm_version="0.31.0")
+    assert older.vllm_version == "0.31.0" and any("not in 0.31.0" in n for n in older.notes)
+    unpinned = recipe.model_copy(update={"runtime": recipe.runtime.model_copy(update={"vllm_version": None})})
+    assert make(unpinned).vllm_version != "0.32.0"
+
+
+def test_a_runtime_vllm_version_that_is_not_a_release_is_refused_naming_the_key() -> None:
+    with pytest.raises(RecipeError) as err:
+        recipes.load("default", ["runtime.vllm_version=latest"])
+    assert "runtime.venv.vllm_version" in str(err.value) and "such as 0.32.0" in str(err.value)
 
 
 @pytest.mark.parametrize("speculative", [
