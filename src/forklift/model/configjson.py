@@ -45,18 +45,17 @@ def need_int(cfg: Cfg, key: str | list[str], ctx: tuple[str, str]) -> int:
     if value is None:
         raise ModelError(f"{source}: config.json for {arch} lacks '{name}', which the planner needs",
                          fix=f"Add \"{name}\" to config.json (copy it from the model's published config).")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ModelError(f"{source}: '{name}' must be an integer, got {value!r}",
-                         fix=f"Fix '{name}' in config.json.") from None
+    return as_number(value, name, ctx, int)
 
 
 def as_number(value: Any, name: str, ctx: tuple[str, str], kind: Callable[[Any], N]) -> N:
     """A config value that must be an integer (``kind`` int) or a number (``kind`` float); ``name`` as the user finds
-    it in config.json (e.g. ``compress_ratios[3]``). None and booleans are refused, not read as 0 / 1."""
+    it in config.json (e.g. ``compress_ratios[3]``). None and booleans are refused, not read as 0 / 1; an integer must
+    be one (4096 or 4096.0, not "4096" or 48.5, which int() would read as 48)."""
     try:
         if isinstance(value, bool) or value is None:
+            raise TypeError
+        if kind is int and not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
             raise TypeError
         return kind(value)
     except (TypeError, ValueError):

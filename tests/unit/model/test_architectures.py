@@ -126,3 +126,12 @@ def test_missing_state_key_is_named() -> None:
     with pytest.raises(ModelError) as err:
         from_config(cfg)
     assert "linear_num_value_heads" in err.value.message
+
+
+@pytest.mark.parametrize("bad", [True, "64", 48.5, [48]])
+def test_a_config_integer_that_is_not_one_is_named_not_read_as_one(bad: object) -> None:
+    cfg = _load(GRID / "qwen3next-8L.config.json")
+    cfg["linear_num_value_heads"] = bad
+    with pytest.raises(ModelError) as err:
+        from_config(cfg)
+    assert "'linear_num_value_heads' must be an integer" in err.value.message
