@@ -19,10 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from forklift import recipe as recipes
-from forklift.plan import make
 from tests.helpers import CALIBRATION, forklift, free_port
 from tests.integration.test_plan_cpu_kv import _logged_kv_tokens, _model_dir, _recipe_file
+
+from forklift import recipe as recipes
+from forklift.plan import make
 
 TINY = CALIBRATION / "cpu-tiny"
 OUT = Path(__file__).resolve().parents[1] / "bench-results" / "plan_cpu_live.json"
