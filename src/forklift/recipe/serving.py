@@ -58,11 +58,13 @@ class Serve(Strict):
     quantization: Quantization | None = None
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     enforce_eager: bool = False
-    engine_in_process: bool | None = Field(
-        default=None, description="Run vLLM's engine loop inside the API server process "
-        "(VLLM_ENABLE_V1_MULTIPROCESSING=0) instead of a process of its own: one Python process fewer to start and "
-        "to feed. Null: forklift does so for one rank on one CPU node (on 2 cores the bundled model is ready ~7 s "
-        "sooner and decodes ~27% more tokens/s) and nowhere else; true beyond one CPU node is refused.",
+    engine_in_process: bool = Field(
+        default=False, description="vLLM-CPU, one node: VLLM_ENABLE_V1_MULTIPROCESSING=0, so vLLM runs its worker "
+        "inside the engine-core process instead of a process of its own (one Python process fewer to start: on 2 "
+        "cores the bundled model is ready ~7 s sooner and decodes ~27% more tokens/s). vLLM then does not bind its "
+        "OpenMP threads (VLLM_CPU_OMP_THREADS_BIND is applied only where it spawns workers), so deployments sharing "
+        "a box no longer compute on cores of their own: for one deployment per box. True beyond one CPU node is "
+        "refused.",
     )
     block_size: int | None = Field(default=None, ge=1)
     disable_custom_all_reduce: bool = Field(
