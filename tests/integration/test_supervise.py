@@ -272,16 +272,24 @@ while True:
 in all): the machine is shared, so a fixed amount could be offset by someone else's server stopping."""
 
 
+def _mem_available() -> int:
+    line = next(x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemAvailable:"))
+    return int(line.split()[1]) * 1024
+
+
 def test_memory_that_does_not_come_back_blocks_the_restart(supervised: Supervised) -> None:
-    """A leak a dead engine leaves (unified memory on a GB10) stands in as a process that keeps MemAvailable 2 GiB
-    below (the start's baseline - the margin) from before the kill until the gate has waited ``memory_wait_s``."""
+    """A leak a dead engine leaves (unified memory on a GB10) stands in as a process that keeps MemAvailable below
+    (the start's baseline - the margin) from before the kill until the gate has waited ``memory_wait_s``."""
     s = supervised
     _up(s, "supervise.max_restarts=5", f"supervise.memory_margin_gib={MARGIN_GIB}")  # 4 restarts in the window
     _wait_for_watching(s)
     before = len(_hook_events(s))
     sup_state = json.loads((s.home / "runs" / NAME / "supervisor.json").read_text())
     baseline = int(sup_state["baseline_mem_available"]["localhost"])  # MemAvailable before this start
-    target = max(baseline - (MARGIN_GIB + 2) * GIB, 3 * GIB)  # never squeeze the shared machine below 3 GiB
+    # Held 1 GiB past the margin below what is available now, with the engine running: the engine's own memory (API
+    # server, engine core, worker: ~3.8 GB here) comes back the instant it is killed, before the holder can top up,
+    # and must not lift MemAvailable over (baseline - margin) even for the gate's first look.
+    target = max(min(baseline, _mem_available()) - (MARGIN_GIB + 1) * GIB, 3 * GIB)  # never below 3 GiB
     holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(target), str(HOLD_MAX_GIB * GIB)],  # noqa: S603
                               stdout=subprocess.PIPE, text=True)
     try:
