@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from tests.helpers import CALIBRATION, forklift, free_port
-from tests.integration.test_plan_cpu_kv import _logged_kv_tokens, _model_dir, _recipe_file
+from tests.integration.test_plan_cpu_kv import _KV, _logged_kv_tokens, _model_dir, _recipe_file
 
 from forklift import recipe as recipes
 from forklift.plan import make
@@ -30,8 +30,8 @@ OUT = Path(__file__).resolve().parents[1] / "bench-results" / "plan_cpu_live.jso
 
 
 def _recorded(name: str) -> int:
-    text = (TINY / f"{name}.kv.txt").read_text()
-    return int(text.split("CPU KV cache size: ", 1)[1].split(" tokens", 1)[0].replace(",", ""))
+    (found,) = _KV.findall((TINY / f"{name}.kv.txt").read_text())
+    return int(found.replace(",", ""))
 
 
 def _one(name: str) -> dict[str, object]:

@@ -31,6 +31,7 @@ from typing import Any, cast
 import httpx
 import pytest
 
+from forklift.host.parse import meminfo
 from forklift.supervise import SUPERVISOR_LOG, command
 from tests.helpers import forklift, free_port, pid_running
 from tests.integration.test_up_down import _pgid_members
@@ -273,8 +274,7 @@ in all): the machine is shared, so a fixed amount could be offset by someone els
 
 
 def _mem_available() -> int:
-    line = next(x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemAvailable:"))
-    return int(line.split()[1]) * 1024
+    return meminfo(Path("/proc/meminfo").read_text())["MemAvailable"]
 
 
 def test_memory_that_does_not_come_back_blocks_the_restart(supervised: Supervised) -> None:
