@@ -150,8 +150,11 @@ def landed(runner: Runner, path: str) -> int:
 def rsync_argv(files_from: str, src_dir: str, dest: str, *, ssh: Sequence[str] | None,
                bwlimit_mb: float | None) -> list[str]:
     """rsync of the listed files: resumable (``--partial --append-verify``), symlinks copied as files (a Hugging
-    Face snapshot links into blobs/), stats at the end."""
-    argv = ["rsync", "-a", "--copy-links", "--partial", "--append-verify", "--stats", f"--files-from={files_from}"]
+    Face snapshot links into blobs/), stats at the end. ``--protect-args``: the remote path reaches the remote
+    rsync as data, not through the remote shell (rsync < 3.2.4 word-splits it there by default: a ';' in a model
+    path would run a command on the node)."""
+    argv = ["rsync", "-a", "--protect-args", "--copy-links", "--partial", "--append-verify", "--stats",
+            f"--files-from={files_from}"]
     if bwlimit_mb:
         argv.append(f"--bwlimit={max(1, int(bwlimit_mb * 1e6 / 1024))}")
     if ssh is not None:

@@ -23,9 +23,16 @@ def k8s_name(text: str) -> str:
     return (name or "forklift")[:50].rstrip("-")
 
 
+def _literal(text: str) -> str:
+    """Text Kubernetes passes on as written: ``$(`` becomes ``$$(`` (its escape for a variable reference)."""
+    return text.replace("$(", "$$(")
+
+
 def _container(recipe: Recipe, decisions: Decisions, image: str, model_path: str, *, leader: bool) -> dict[str, Any]:
     nnodes = len(recipe.nodes)
-    args = engine_args(recipe, decisions, model_path)[1:]  # without the leading "serve"
+    # without the leading "serve"; Kubernetes expands $(VAR) in args and env values (a served name or an extra arg
+    # of "$(VLLM_API_KEY)" would hand the key to vLLM's argv and log): the recipe's own text gets "$$"
+    args = [_literal(a) for a in engine_args(recipe, decisions, model_path)[1:]]
     if nnodes > 1:
         if recipe.parallel.backend == "ray":
             args += ["--distributed-executor-backend", "ray"]
@@ -36,7 +43,8 @@ def _container(recipe: Recipe, decisions: Decisions, image: str, model_path: str
         args += ["--host", "0.0.0.0", "--port", str(recipe.serve.port)]  # noqa: S104 - inside the pod
     else:
         args.append("--headless")
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(rank_env(recipe, decisions).items())]
+    env: list[dict[str, Any]] = [{"name": k, "value": _literal(v)}
+                                 for k, v in sorted(rank_env(recipe, decisions).items())]
     if recipe.serve.api_key_env and leader:
         env.append({"name": "VLLM_API_KEY",
                     "valueFrom": {"secretKeyRef": {"name": k8s_name(recipe.name or "forklift") + "-api-key",

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from forklift.recipe.strict import Strict
+from forklift.recipe.strict import OneLine, Strict
 
 BUNDLED_PREFIX = "bundled:"
 
@@ -42,26 +42,26 @@ class Capabilities(Strict):
 class ModelSection(Strict):
     """Which weights to serve."""
 
-    source: str = Field(
+    source: OneLine = Field(
         description="A local path, a Hugging Face id (org/name, read from the local HF cache), "
         "or 'bundled:NAME' for a model forklift ships."
     )
-    served_name: str | None = Field(
+    served_name: OneLine | None = Field(
         default=None, description="Name clients use in requests; default: the last part of source."
     )
-    path: str | None = Field(
+    path: OneLine | None = Field(
         default=None,
         description="Where the weights are on every node (a host path; '~' is that node's home). Default: "
         "model.source when it is a path; for a Hugging Face id, the node's Hugging Face cache (vLLM reads it "
         "offline there). A node's own `model_path` wins over this.",
     )
-    revision: str | None = Field(default=None, description="Hugging Face revision, for hub ids.")
-    tokenizer: str | None = Field(default=None, description="Tokenizer path/id if not beside the weights.")
+    revision: OneLine | None = Field(default=None, description="Hugging Face revision, for hub ids.")
+    tokenizer: OneLine | None = Field(default=None, description="Tokenizer path/id if not beside the weights.")
     load_format: Literal["auto", "safetensors", "dummy", "gguf"] = Field(
         default="auto", description="'dummy' loads random weights from config.json alone (testing, sizing)."
     )
     trust_remote_code: bool = False
-    config: str | None = Field(
+    config: OneLine | None = Field(
         default=None, description="For planning: a bundled config name (`forklift plan --list-configs`) or a "
         "path to config.json, when the weights are not on this machine.",
     )

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
-from forklift.recipe.strict import Strict
+from forklift.recipe.strict import OneLine, Strict
 
 
 def _release(v: str | None) -> str | None:
@@ -28,7 +28,7 @@ class VenvRuntime(Strict):
 
     kind: Literal["venv"] = "venv"
     vllm_version: VllmRelease = None
-    python: str | None = Field(
+    python: OneLine | None = Field(
         default=None, description="Python interpreter with vLLM; default: the one running forklift."
     )
 
@@ -78,7 +78,7 @@ class DockerRuntime(Strict):
     """vLLM inside a container on each node."""
 
     kind: Literal["docker"] = "docker"
-    image: str = Field(description="Image with vLLM installed.")
+    image: OneLine = Field(description="Image with vLLM installed (a docker reference: no spaces, not '-...').")
     vllm_version: VllmRelease = None
     gpus: str | None = Field(default="all", description="Value for `docker run --gpus`; null for CPU.")
     container_model_path: str | None = Field(
@@ -93,7 +93,14 @@ class DockerRuntime(Strict):
         default_factory=list, description="More `docker run` arguments. A restart policy (--restart) is refused: "
         "forklift's supervisor owns restarts, since per-container restarts break a multi-node start order.",
     )
-    python: str = "python3"
+    python: OneLine = "python3"
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, v: str) -> str:
+        if not v or any(c.isspace() for c in v):
+            raise ValueError(f"{v!r}: an image reference has no spaces (e.g. vllm/vllm-openai:v0.32.0)")
+        return v
 
     @field_validator("extra_docker_args")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Literal
 
@@ -9,6 +10,10 @@ from pydantic import Field, field_validator, model_validator
 
 from forklift.recipe.speculative import Speculative
 from forklift.recipe.strict import Strict
+
+# RFC 1123 host names: dot-separated labels of letters, digits and inner '-'
+_HOSTNAME_RE = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                          r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
 
 # Every --kv-cache-dtype stock vLLM 0.23-0.33 accepts (config/cache.py CacheDType); which release takes which name,
 # and the bytes each stores, are the planner's data (plan/data/vllm.yaml kv_cache_dtypes).
@@ -102,6 +107,17 @@ class Serve(Strict):
     extra_args: list[str] = Field(
         default_factory=list, description="Escape hatch: raw vLLM arguments. `plan` warns about these."
     )
+
+    @field_validator("host")
+    @classmethod
+    def _bind_address(cls, v: str) -> str:
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            if not _HOSTNAME_RE.fullmatch(v):
+                raise ValueError(f"{v!r}: must be an IP address or a host name the head node binds (e.g. 127.0.0.1, "
+                                 "0.0.0.0 or spark-a); clients reach it at http://HOST:PORT") from None
+        return v
 
     @field_validator("api_key_env")
     @classmethod

@@ -36,3 +36,17 @@ def _env_names(value: dict[str, str]) -> dict[str, str]:
 
 
 EnvMap = Annotated[dict[str, str], BeforeValidator(_env_values_as_text), AfterValidator(_env_names)]
+
+
+def _one_line(value: str) -> str:
+    """Text that reaches an argv, a unit file, a YAML or a manifest as one value: no control characters (a newline
+    would start a directive of its own in a systemd unit) and no leading '-' (an argv would read it as an option)."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"{value!r} holds a control character (newline, tab, ...): one line of printable text")
+    if value.startswith("-"):
+        raise ValueError(f"{value!r} starts with '-', which a command line reads as an option")
+    return value
+
+
+OneLine = Annotated[str, AfterValidator(_one_line)]
+"""A recipe value passed on as one argument or one line (names, paths, images)."""

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from forklift.names import check_ssh_target
-from forklift.recipe.strict import EnvMap, Strict
+from forklift.recipe.strict import EnvMap, OneLine, Strict
 
 _HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,252}")
 
@@ -25,7 +25,7 @@ class Node(Strict):
     )
     hardware: str = Field(default="cpu", description="Hardware profile name (see `forklift hw --list`).")
     data_ip: str | None = Field(default=None, description="Address other ranks reach this node on.")
-    model_path: str | None = Field(
+    model_path: OneLine | None = Field(
         default=None, description="Where the weights are on this node, when it differs from model.path (host path)."
     )
     env: EnvMap = Field(

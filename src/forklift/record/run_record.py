@@ -149,7 +149,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
 def validate_name(name: str) -> str:
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.fullmatch(name):
         raise RunNameError(
             f"invalid run name {name!r}",
             fix="Use letters, digits, '.', '_' or '-', starting with a letter or digit (max 63 chars).",

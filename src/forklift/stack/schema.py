@@ -11,7 +11,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,30}$")
 
 
 def _checked_name(v: str) -> str:
-    if not _NAME.match(v):
+    if not _NAME.fullmatch(v):
         raise ValueError("use letters, digits, '.', '_' or '-', starting with a letter or digit (max 31)")
     return v
 

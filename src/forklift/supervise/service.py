@@ -39,11 +39,19 @@ def unit_name(name: str) -> str:
 
 def quote(value: str) -> str:
     """One word of a unit line: ``%`` escaped (systemd's specifiers), quoted when it holds anything but plain
-    path characters."""
+    path characters. A control character (a newline would start a directive of its own) is refused."""
+    _one_line(value)
     value = value.replace("%", "%%")
     if _PLAIN.fullmatch(value):
         return value
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _one_line(value: str) -> str:
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ServiceError(f"{value!r} holds a control character, which would end its line of the unit file",
+                           fix="Use one line of printable text in the run's names, paths and environment.")
+    return value
 
 
 def render_unit(name: str, *, argv: Sequence[str], home: str, user: str, environment: Mapping[str, str],
@@ -51,7 +59,7 @@ def render_unit(name: str, *, argv: Sequence[str], home: str, user: str, environ
     """The unit's text. ``environment`` must hold no secret (the credentials file carries the API key).
     ``title``: the whole Description (default: the run supervisor's, with ``description`` after it)."""
     title = title or f"forklift supervisor for run {name}" + (f" ({description})" if description else "")
-    lines = ["[Unit]", f"Description={title}",
+    lines = ["[Unit]", f"Description={_one_line(title).replace('%', '%%')}",
              "Wants=network-online.target", "After=network-online.target", f"RequiresMountsFor={quote(home)}", "",
              "[Service]", "Type=simple",
              f"User={user}", f"ExecStart={' '.join(quote(a) for a in argv)}",

@@ -127,3 +127,14 @@ def test_lws_schema_rejects_a_misspelt_field() -> None:
     manifest["spec"]["leaderWorkerTemplate"]["sise"] = 2
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(manifest, SCHEMA)
+
+
+def test_k8s_args_and_env_from_the_recipe_are_not_expanded_by_kubernetes() -> None:
+    r = _two("model.served_name=$(VLLM_API_KEY)", "env={NOTE: 'a $(HOME) b'}", "serve.api_key_env=MY_KEY")
+    tpl = leader_worker_set(for_launch(r, force=True))["spec"]["leaderWorkerTemplate"]
+    leader = tpl["leaderTemplate"]["spec"]["containers"][0]
+    worker = tpl["workerTemplate"]["spec"]["containers"][0]
+    assert leader["args"][leader["args"].index("--served-model-name") + 1] == "$$(VLLM_API_KEY)"
+    assert {"name": "NOTE", "value": "a $$(HOME) b"} in leader["env"]
+    # forklift's own references to the LeaderWorkerSet's variables are still expanded
+    assert worker["args"][worker["args"].index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
