@@ -27,7 +27,7 @@ import yaml
 from forklift.cluster.down import status as run_status
 from forklift.errors import GatewayError, RunNotFoundError
 from forklift.gateway.config import HOOKS, Backend, backends, litellm_config
-from forklift.gateway.keys import digest, gateway_dir
+from forklift.gateway.keys import digest, gateway_dir, private_dir
 from forklift.host import procs, remote
 from forklift.record import load as load_record
 from forklift.runner import Runner
@@ -93,8 +93,8 @@ def load_state() -> GatewayState:
 
 def save_state(state: GatewayState) -> None:
     p = state_path()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".tmp")
+    private_dir()
+    tmp = p.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(state.to_json(), indent=2))
     tmp.replace(p)
 
@@ -118,8 +118,7 @@ def watcher_argv(python: str | None = None) -> list[str]:
 
 def _write_files(state: GatewayState) -> str:
     """config.yaml, the hooks module and the admin key's digest; returns the admin key."""
-    d = gateway_dir()
-    d.mkdir(parents=True, exist_ok=True)
+    d = private_dir()
     found = [Backend(**b) for b in state.backends]
     (d / "config.yaml").write_text(yaml.safe_dump(litellm_config(found), sort_keys=False))
     hooks = resources.files("forklift.gateway.proxy").joinpath(f"{HOOKS}.py").read_text()
@@ -218,7 +217,7 @@ def health(state: GatewayState) -> dict[str, dict[str, Any]]:
 
 def _write_health(found: dict[str, dict[str, Any]]) -> None:
     p = gateway_dir() / "health.json"
-    tmp = p.with_suffix(".tmp")
+    tmp = p.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(found, indent=2))
     tmp.replace(p)
 
@@ -268,13 +267,14 @@ def serve(*, interval_s: float = 1.0, say: Callable[[str], None] = lambda s: Non
 
 
 def down(*, runner: Runner | None = None) -> GatewayState:
-    """Stop the watcher (which stops the proxy), then the proxy's group if it is still there."""
+    """Stop the watcher (which stops the proxy), then the proxy's group if it is still there: each only while its
+    pid still runs the gateway's own command (a pid from before a reboot may be another program's now)."""
     runner = runner or LocalRunner()
     state = load_state()
-    if state.watcher_pid is not None:
+    if state.watcher_pid is not None and _runs_as(runner, state.watcher_pid, "gateway serve"):
         procs.stop_group(runner, state.watcher_pid, grace_s=20)
     state = load_state()
-    if state.proxy_pid is not None:
+    if state.proxy_pid is not None and _runs_as(runner, state.proxy_pid, str(gateway_dir() / "config.yaml")):
         procs.stop_group(runner, state.proxy_pid, grace_s=10)
     state.stopped = True
     save_state(state)

@@ -27,6 +27,7 @@ def test_a_key_is_shown_once_and_stored_only_as_its_hash() -> None:
     assert key not in text and key[7:] not in text
     assert json.loads(text)["alice"]["sha256"] == hashlib.sha256(key.encode()).hexdigest()
     assert stat.S_IMODE(os.stat(stored).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(gateway.gateway_dir()).st_mode) == 0o700  # the audit log beside it may hold prompts
     assert entry.models == ["big", "small"] and entry.rpm == 30
     loaded = gateway.load_keys()["alice"]
     assert loaded == entry and loaded.shown == key[:7] + "..."
@@ -126,3 +127,21 @@ def test_the_watcher_recognises_its_proxy_by_a_long_command_line(monkeypatch: py
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_name_with_a_trailing_newline_is_refused() -> None:
+    with pytest.raises(GatewayKeyError, match="invalid key name"):
+        gateway.add("bob\n")
+    assert not (gateway.gateway_dir() / "keys.json").exists()
+
+
+def test_adds_and_revokes_from_many_threads_all_land() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    for n in range(8):
+        gateway.add(f"user{n}")
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: gateway.revoke(f"user{n}") if n < 8 else gateway.add(f"user{n}"), range(16)))
+    stored = json.loads((gateway.gateway_dir() / "keys.json").read_text())
+    assert len(stored) == 16
+    assert all(stored[f"user{n}"]["revoked"] is not None for n in range(8))

@@ -29,6 +29,12 @@ DIR = Path(os.environ.get("FORKLIFT_GATEWAY_DIR", "."))
 LOG_CONTENT = os.environ.get("FORKLIFT_GATEWAY_LOG_CONTENT") == "1"
 MAX_BYTES = int(os.environ.get("FORKLIFT_GATEWAY_AUDIT_MAX_BYTES", str(50 * 1024 * 1024)))
 KEEP = 5
+# What a non-admin key may call: the OpenAI routes whose model is the body's "model" (LiteLLM also routes
+# /openai/deployments/{model}/... and /engines/{model}/... by the model in the path, and serves its admin API: those
+# are the admin key's), the model list and the liveness probes.
+INFERENCE_ROUTES = frozenset(f"{v}/{r}" for v in ("", "/v1") for r in ("chat/completions", "completions",
+                                                                        "responses", "embeddings"))
+OPEN_ROUTES = frozenset({"/v1/models", "/models", "/health/liveliness", "/health/liveness", "/health/readiness"})
 _lock = threading.Lock()
 _cache: dict[str, tuple[float, Any]] = {}
 _recent: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
@@ -59,7 +65,8 @@ def audit(entry: dict[str, Any]) -> None:
                 if older.exists():
                     older.replace(p.with_name(f"audit.jsonl.{i + 1}"))
             p.replace(p.with_name("audit.jsonl.1"))
-        with p.open("a") as f:
+        # owner-only: under FORKLIFT_GATEWAY_LOG_CONTENT=1 it holds prompts and answers
+        with os.fdopen(os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a") as f:
             f.write(line)
 
 
@@ -72,10 +79,10 @@ def _find(api_key: str) -> tuple[str, dict[str, Any]] | None:
     digest = hashlib.sha256(api_key.encode()).hexdigest()
     admin = (DIR / "admin.sha256")
     if admin.exists() and hmac.compare_digest(admin.read_text().strip(), digest):
-        return "forklift-admin", {"models": None, "rpm": None}
+        return "forklift-admin", {"models": None, "rpm": None, "admin": True}
     for name, entry in _read("keys.json").items():
         if hmac.compare_digest(str(entry.get("sha256", "")), digest):
-            return name, entry
+            return name, {**entry, "admin": False}
     return None
 
 
@@ -102,6 +109,14 @@ async def user_api_key_auth(request: Request, api_key: str) -> UserAPIKeyAuth:
     if entry.get("revoked"):
         raise _refuse(401, f"key {name!r} was revoked", name, model, route)
     allowed = entry.get("models")
+    if not entry["admin"]:
+        path = route.rstrip("/") or "/"
+        if path not in INFERENCE_ROUTES and path not in OPEN_ROUTES:
+            raise _refuse(403, f"key {name!r} may call {', '.join(sorted(INFERENCE_ROUTES | OPEN_ROUTES))}, not "
+                          f"{route}", name, model, route)
+        if path in INFERENCE_ROUTES and model is None and allowed is not None:
+            raise _refuse(400, f"key {name!r} is limited to models {', '.join(allowed)}: name one in the JSON "
+                          "body's \"model\"", name, model, route)
     if model is not None and allowed is not None and model not in allowed:
         raise _refuse(403, f"key {name!r} may not use model {model!r} (allowed: {', '.join(allowed)})", name, model,
                       route)
