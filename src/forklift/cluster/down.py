@@ -92,8 +92,8 @@ def _accelerators(record: RunRecord, runners: Mapping[int, Runner], recipe: Reci
 
 
 def _supervisor_alive(state: SupervisorState, runner: Runner) -> bool:
-    """The recorded supervisor pid still runs `forklift ... supervise` (a pid reused since is left alone); on a
-    remote head (``state.head``) asked there through its Runner."""
+    """The recorded supervisor pid still runs `forklift ... supervise NAME` (a pid reused since, or another run's
+    supervisor, is left alone); on a remote head (``state.head``) asked there through its Runner."""
     if state.pid is None or (state.head is None and state.host not in (None, socket.gethostname())):
         return False
     try:
@@ -101,7 +101,9 @@ def _supervisor_alive(state: SupervisorState, runner: Runner) -> bool:
     except ForkliftError:  # an unreachable head: its supervisor cannot be seen from here
         return False
     text = res.stdout.strip()
-    return res.ok and not text.startswith("Z") and "supervise" in text and "forklift" in text
+    words = text.split()
+    return (res.ok and not text.startswith("Z") and "forklift" in text and "supervise" in words
+            and state.name in words[words.index("supervise") + 1:])
 
 
 def _runner_for(state: SupervisorState, runner: Runner | None) -> Runner:
@@ -150,7 +152,17 @@ def down(record: RunRecord, *, grace_s: float | None = None,
          runners: Mapping[int, Runner] | None = None) -> DownResult:
     """Stop the run's supervisor (when it has one), then every process of the run on every host (by recorded
     pgid / container id, never by name), then verify nothing remains, the ports are free and accelerator memory
-    is back. Idempotent. Called by the supervisor itself, it leaves the supervisor running."""
+    is back. Idempotent. Called by the supervisor itself, it leaves the supervisor running.
+
+    Refused while another process's ``up`` of the run still holds its lock: that ``up`` would start the ranks it
+    has not spawned yet after this returned, and save the run as ready over "stopped"."""
+    starting = up_in_progress(record.name)
+    if starting is not None and starting != os.getpid():
+        who = f"pid {starting}" if starting else "another process"
+        raise RunError(f"{record.name}: an `up` ({who}) is still starting it; stopping now would leave that `up` "
+                       "to start the rest and report it ready",
+                       fix=f"Stop that `up` (Ctrl-C in its terminal{f', or kill {starting}' if starting else ''}): "
+                       f"it stops what it started. Then `forklift down {record.name}` clears anything left.")
     t0 = time.monotonic()
     recipe = record.recipe
     grace = grace_s if grace_s is not None else recipe.timeouts.stop_s
@@ -210,7 +222,8 @@ def _stopped_on_head(record: RunRecord, ref: HeadRef, supervisor: str | None) ->
 def _alive(record: RunRecord, runners: Mapping[int, Runner], roles: tuple[str, ...] = ("engine",)) -> list[int]:
     live = [r for r in record.ranks if r.pgid is not None and r.role in roles]
     done = fan_out(((i, r) for i, r in enumerate(live)),
-                   lambda r: procs.pgid_alive(runners[r.node], r.pgid or 0))
+                   lambda r: procs.pgid_alive(runners[r.node], r.pgid or 0)
+                   and not procs.recycled(runners[r.node], r.pgid or 0, r.started))
     return sorted(r.rank for i, r in enumerate(live) if done.results.get(i))
 
 
@@ -266,6 +279,8 @@ def _liveness(record: RunRecord, runners: Mapping[int, Runner]) -> dict[int, _Li
     """Per index in record.ranks: whether the rank's own pid lives, and the live pids of its session."""
     def one(r: RankState) -> _Liveness:
         runner = runners[r.node]
+        if r.pgid and procs.recycled(runner, r.pgid, r.started):  # another process has the id now
+            return _Liveness(False, [])
         group = procs.session_pids(runner, r.pgid) if r.pgid else []
         alive = r.pid in group if r.pid is not None else bool(group)
         if r.pid is not None and not alive and not group:

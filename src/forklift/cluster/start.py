@@ -14,7 +14,7 @@ from pathlib import Path
 
 from forklift.cluster.ready import check_alive, fail
 from forklift.errors import ForkliftError
-from forklift.host import remote
+from forklift.host import procs, remote
 from forklift.launch.launch_spec import Launch, NodePaths, RankLaunch
 from forklift.launch.render import LAUNCHER_FILE, python_for
 from forklift.patches.recipes import container_files
@@ -112,12 +112,15 @@ def spawn_group(recipe: Recipe, group: Sequence[RankLaunch], record: RunRecord,
     def one(item: tuple[int, RankLaunch]) -> None:
         i, rl = item
         log_path = f"{rl.run_dir}/{rl.log_name}"
-        spawned = runners[rl.node_index].spawn(rl.argv, log_path=log_path, env=rl.env,
-                                               secret_env=secret_values(rl.secret_env))
+        runner = runners[rl.node_index]
+        spawned = runner.spawn(rl.argv, log_path=log_path, env=rl.env, secret_env=secret_values(rl.secret_env))
         with guard:
             started[i] = RankState(rank=rl.rank, host=rl.host, pid=spawned.pid, pgid=spawned.pid,
                                    container=rl.container, log_path=log_path, ssh=recipe.nodes[rl.node_index].ssh,
                                    node_index=rl.node_index, role=rl.role)
+        when = procs.start_time(runner, spawned.pid)  # after recording it: an interrupt here loses no rank
+        with guard:
+            started[i] = started[i].model_copy(update={"started": when})
 
     try:
         done = fan_out(((i, (i, rl)) for i, rl in enumerate(group)), one)

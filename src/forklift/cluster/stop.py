@@ -20,7 +20,9 @@ def record_runners(record: RunRecord) -> dict[int, Runner]:
 def is_alive(record: RunRecord, runners: Mapping[int, Runner] | None = None) -> bool:
     """Whether any process of the run still exists."""
     runners = runners or record_runners(record)
-    return any(r.pgid and procs.pgid_alive(runners[r.node], r.pgid) for r in record.ranks)
+    return any(r.pgid and procs.pgid_alive(runners[r.node], r.pgid) and not procs.recycled(runners[r.node], r.pgid,
+                                                                                           r.started)
+               for r in record.ranks)
 
 
 def _stop_container(rank: RankState, runner: Runner, grace_s: float) -> bool:
@@ -39,7 +41,7 @@ def _stop_container(rank: RankState, runner: Runner, grace_s: float) -> bool:
 def _stop_one(rank: RankState, runner: Runner, grace_s: float) -> procs.StopOutcome:
     if rank.container and _stop_container(rank, runner, grace_s):
         return "killed"
-    if rank.pgid is None:
+    if rank.pgid is None or procs.recycled(runner, rank.pgid, rank.started):
         return "gone"
     return procs.stop_group(runner, rank.pgid, grace_s=grace_s)
 

@@ -44,13 +44,23 @@ def signal_group(runner: Runner, pgid: int, sig: str) -> None:
         runner.run(["kill", f"-{sig}", "--", *stragglers], timeout=15)
 
 
-def _start_time(runner: Runner, pid: int) -> str | None:
+def start_time(runner: Runner, pid: int) -> str | None:
     """Field 22 of /proc/PID/stat (start time in clock ticks): with the pid, it names one process for good."""
     res = runner.run(["cat", f"/proc/{pid}/stat"], timeout=15)
     if res.returncode != 0 or ")" not in res.stdout:
         return None
     fields = res.stdout.rsplit(")", 1)[1].split()
     return fields[19] if len(fields) > 19 else None
+
+
+def recycled(runner: Runner, pid: int, started: str | None) -> bool:
+    """Whether ``pid`` now names another process than the one that started at ``started`` (a pid reused after a
+    reboot or a long time): then that process and its whole session are gone, since Linux reuses no id that a live
+    process group or session still holds. False when nothing was recorded or nothing has the pid now."""
+    if started is None:
+        return False
+    now = start_time(runner, pid)
+    return now is not None and now != started
 
 
 def container_processes(runner: Runner, container: str) -> list[tuple[int, str]]:
@@ -62,7 +72,7 @@ def container_processes(runner: Runner, container: str) -> list[tuple[int, str]]
     out = []
     for line in res.stdout.splitlines()[1:]:
         if line.strip().isdigit():
-            started = _start_time(runner, int(line.strip()))
+            started = start_time(runner, int(line.strip()))
             if started is not None:
                 out.append((int(line.strip()), started))
     return out
@@ -70,7 +80,7 @@ def container_processes(runner: Runner, container: str) -> list[tuple[int, str]]
 
 def kill_leftovers(runner: Runner, processes: list[tuple[int, str]]) -> list[int]:
     """SIGKILL the processes still alive with the same start time (never a recycled pid); returns their pids."""
-    alive = [pid for pid, started in processes if _start_time(runner, pid) == started]
+    alive = [pid for pid, started in processes if start_time(runner, pid) == started]
     if alive:
         runner.run(["kill", "-KILL", "--", *map(str, alive)], timeout=15)
     return alive

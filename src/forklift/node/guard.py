@@ -95,6 +95,8 @@ class Target:
     pid: int
     pgid: int | None
     status: str
+    owner: int = 0
+    """uid owning the record file: a record its writer could forge names only that user's processes."""
 
 
 @dataclass
@@ -127,13 +129,17 @@ def read_targets(runs_dirs: Sequence[str], names: set[str]) -> list[Target]:
             except (OSError, ValueError):
                 continue
             status = str(data.get("status", ""))
+            try:
+                owner = record.stat().st_uid
+            except OSError:
+                continue
             for rank in data.get("ranks", []) or []:
                 pid = rank.get("pid") if isinstance(rank, dict) else None
                 if not isinstance(pid, int) or pid <= 1 or str(rank.get("host", "localhost")) not in names:
                     continue
                 pgid = rank.get("pgid")
                 out.append(Target(str(data.get("name", record.parent.name)), int(rank.get("rank", 0)), pid,
-                                  pgid if isinstance(pgid, int) else None, status))
+                                  pgid if isinstance(pgid, int) else None, status, owner))
     return out
 
 
@@ -161,10 +167,20 @@ def _write_adj(pid: int, value: int) -> None:
 
 
 def serving_pids(target: Target) -> list[int]:
-    """The rank's pid and its descendants, if the pid still belongs to that rank."""
+    """The rank's pid and its descendants, if the pid still belongs to that rank: in the recorded process group,
+    and run by the user who wrote the record (or the record is root's). This guard runs as root: a record anyone
+    can write must not make another user's process immune to the OOM killer."""
     try:
         proc = psutil.Process(target.pid)
-        if target.pgid is not None and os.getpgid(target.pid) != target.pgid:
+        if target.pgid is None:
+            log.warning("run %s rank %d: the record names pid %d without its process group; not touching it",
+                        target.run, target.rank, target.pid)
+            return []
+        if target.owner != 0 and proc.uids().real != target.owner:
+            log.warning("run %s rank %d: pid %d runs as uid %d, but uid %d wrote the record; not touching it",
+                        target.run, target.rank, target.pid, proc.uids().real, target.owner)
+            return []
+        if os.getpgid(target.pid) != target.pgid:
             log.warning("run %s rank %d: pid %d now belongs to process group %d, not the recorded %d; "
                         "not touching it (pid reused?)", target.run, target.rank, target.pid,
                         os.getpgid(target.pid), target.pgid)
@@ -230,7 +246,9 @@ def maybe_drop(cfg: GuardConfig, targets: Sequence[Target], state: GuardState, n
     """Drop the page cache if the config's conditions hold; return the event (with numbers) when it did."""
     if cfg.drop_when == "never":
         return None
-    loading = sorted({t.run for t in targets if t.status == LOADING_STATUS})
+    # a run counts as loading while a rank it names is still its own (a stale or forged "starting" record does not
+    # keep the cache dropping)
+    loading = sorted({t.run for t in targets if t.status == LOADING_STATUS and serving_pids(t)})
     if cfg.drop_when == "loading" and not loading:
         return None
     before = read_meminfo(cfg.meminfo_path)

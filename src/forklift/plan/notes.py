@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from forklift import speculative
 from forklift.model.spec import ModelSpec
 from forklift.model.vision import tower_param_count
@@ -191,6 +193,9 @@ def _kv_notes(core: Core) -> list[str]:
     return notes
 
 
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|(^|_)KEY($|_)|API_?KEY|CREDENTIAL", re.IGNORECASE)
+
+
 def _layout_notes(core: Core, suggested: list[int] | None, stage_weights: list[float]) -> list[str]:
     ctx = core.ctx
     spec, st, recipe = ctx.spec, ctx.st, ctx.deployment.recipe
@@ -211,6 +216,13 @@ def _layout_notes(core: Core, suggested: list[int] | None, stage_weights: list[f
     exposed = open_without_key(recipe)
     if exposed:
         notes.append(f"security: {exposed}. {exposure.FIX}")
+    secrets = sorted({k for env in (recipe.env, *(n.env for n in recipe.nodes)) for k in env
+                      if _SECRET_NAME.search(k)})
+    if secrets:
+        verb = "looks" if len(secrets) == 1 else "look"
+        notes.append(f"security: env {', '.join(secrets)} {verb} like a secret: a recipe's env is data (kept in the "
+                     "run record, shown by `render`, on a node's command line while its rank starts); give the node "
+                     "its own (e.g. `huggingface-cli login` there for HF_TOKEN) and take it out of the recipe")
     if st.pp > 1 and suggested:
         notes.append(f"stages differ in memory ({', '.join(f'{w / GIB:.1f}' for w in stage_weights)} GiB of "
                      f"weights): VLLM_PP_LAYER_PARTITION={','.join(map(str, suggested))} balances them "

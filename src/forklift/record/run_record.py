@@ -39,6 +39,9 @@ class RankState(BaseModel):
     ssh: str | None = None
     node_index: int | None = None
     role: str = "engine"
+    started: str | None = None
+    """The process's start time (field 22 of /proc/PID/stat) when it was spawned: a pid that now names a process
+    started at another time was reused, and nothing of this rank is left to signal."""
 
     @property
     def node(self) -> int:

@@ -301,7 +301,8 @@ def test_a_dry_run_unit_on_a_remote_head_keeps_nothing_there(tmp_path: Path) -> 
 
 def test_receiving_for_a_unit_leaves_a_running_supervisor_its_own_state(tmp_path: Path) -> None:
     for_head(_record(tmp_path)).save()
-    looks_like_one = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "forklift", "supervise"])
+    looks_like_one = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "forklift", "supervise",
+                                       "pp2"])
     try:
         while b"forklift" not in Path(f"/proc/{looks_like_one.pid}/cmdline").read_bytes():  # exec'd yet
             time.sleep(0.05)
