@@ -30,7 +30,24 @@ def shipped(package: str, name: str) -> Any:
 
 class _UserLoader(yaml.SafeLoader):
     """Recipes, cluster files and ``--set`` values: PyYAML's safe loader, except that an unquoted date stays the
-    text it was written as (a revision or a tag, never a ``datetime`` that no JSON or pydantic field takes)."""
+    text it was written as (a revision or a tag, never a ``datetime`` that no JSON or pydantic field takes), and a
+    key written twice in one mapping is an error (PyYAML keeps the last silently: a second ``serve:`` dropped the
+    first one's api_key_env). Keys a merge (``<<: *base``) brings in may still be overridden."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found the key {key!r} twice (first on line {seen[key] + 1}): write it once",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
 
 
 _UserLoader.yaml_implicit_resolvers = {
@@ -38,6 +55,13 @@ _UserLoader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _PLAIN = (str, int, float, bool, type(None))
+class TooManyValuesError(ValueError):
+    """A document that expands past MAX_VALUES values."""
+
+
+MAX_VALUES = 100_000
+"""The most values a user's document may hold once its aliases are expanded (a 466-byte file of nested aliases
+expands to hundreds of millions and would hang every walk over it)."""
 
 
 def load_user(text: str) -> Any:
@@ -48,16 +72,22 @@ def load_user(text: str) -> Any:
     return data
 
 
-def check_plain(data: Any, where: str = "") -> None:
-    """Raise ValueError naming the first key path whose value is not JSON data (mapping, list, text, number)."""
+def check_plain(data: Any, where: str = "", _count: list[int] | None = None) -> None:
+    """Raise ValueError naming the first key path whose value is not JSON data (mapping, list, text, number), or
+    when the document holds more than ``MAX_VALUES`` values with its aliases expanded."""
+    count = _count if _count is not None else [0]
+    count[0] += 1
+    if count[0] > MAX_VALUES:
+        raise TooManyValuesError(f"{where or '(top level)'}: the document holds more than {MAX_VALUES:,} values once "
+                                 "its YAML aliases (*name) are expanded; write the values out")
     if isinstance(data, dict):
         for key, value in data.items():
             if not isinstance(key, _PLAIN):
                 raise ValueError(f"{where or '(top level)'}: a key of type {type(key).__name__} is not allowed")
-            check_plain(value, f"{where}.{key}" if where else str(key))
+            check_plain(value, f"{where}.{key}" if where else str(key), count)
     elif isinstance(data, list):
         for i, value in enumerate(data):
-            check_plain(value, f"{where}.{i}" if where else str(i))
+            check_plain(value, f"{where}.{i}" if where else str(i), count)
     elif not isinstance(data, _PLAIN):
         raise ValueError(f"{where or '(top level)'}: a YAML {type(data).__name__} value is not allowed here; "
                          "write it as quoted text")

@@ -30,6 +30,7 @@ Check reports compare verdict by verdict (one report per side): a check that pas
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -48,6 +49,9 @@ GATED: tuple[str, ...] = ("output_tok_s", "goodput_req_s", "ttft_p50_ms", "tpot_
 """Metrics that decide the overall verdict unless the caller names others (ITL's median moves with TPOT's; tails
 rest on a handful of requests)."""
 PERCENTILES = (50, 90, 99)
+METRICS: tuple[str, ...] = ("output_tok_s", "goodput_req_s", "failed_requests",
+                            *(f"{attr}_p{q}_ms" for attr in ("ttft", "tpot", "itl") for q in PERCENTILES))
+"""Every bench metric a comparison can gate on or give its own threshold."""
 PRIOR_NOISE: dict[str, float] = {"output_tok_s": 0.09, "goodput_req_s": 0.09, "ttft": 0.30, "tpot": 0.11,
                                  "itl": 0.11}
 """Run-to-run noise of one run from a fresh server start (standard deviation of the log), by metric (prefix for
@@ -378,6 +382,19 @@ def _as_list(x: Saved | Sequence[Saved], side: str) -> list[Saved]:
     return got
 
 
+def known_metrics(what: str, names: Sequence[str] | dict[str, float] | None) -> None:
+    """A gate or per-metric threshold naming no metric would decide nothing (a typo turned a regression into ok)."""
+    if names is None:
+        return
+    if not names:
+        raise CompareError(f"an empty {what} list", fix=f"Name metrics ({', '.join(METRICS)}) or leave it out.")
+    for name in names:
+        if name not in METRICS:
+            near = difflib.get_close_matches(name, METRICS, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise CompareError(f"unknown metric {name!r} in the {what}", fix=f"{hint}Metrics: {', '.join(METRICS)}.")
+
+
 def compare(a: Saved | Sequence[Saved], b: Saved | Sequence[Saved], *, threshold: float = DEFAULT_THRESHOLD,
             thresholds: dict[str, float] | None = None, confidence: float = stats.DEFAULT_CONFIDENCE,
             resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0, gate: Sequence[str] | None = None,
@@ -398,6 +415,8 @@ def compare(a: Saved | Sequence[Saved], b: Saved | Sequence[Saved], *, threshold
     if (prior_noise is not None and not 0 <= prior_noise < 5) or prior_df < 0:
         raise CompareError(f"prior noise {prior_noise} / prior df {prior_df} out of range",
                            fix="Pass the run-to-run noise as a fraction (0.05 = 5%) and a non-negative weight.")
+    known_metrics("gate", gate)
+    known_metrics("threshold", thresholds)
     opts = _Opts(threshold, dict(thresholds or {}), confidence, resamples, seed, frozenset(gate or GATED),
                  prior_noise, prior_df)
     evidence: dict[str, Any] = {}

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from forklift.canary import html, measure
 from forklift.canary.candidate import PatchCheck, fits_beside, runtime_changed
-from forklift.canary.compare import DEFAULT_THRESHOLD, Comparison, compare
+from forklift.canary.compare import DEFAULT_THRESHOLD, Comparison, compare, known_metrics
 from forklift.canary.ops import LiveOps, Ops
 from forklift.canary.saved import Bench, Check, from_json
 from forklift.canary.saved import load as load_saved
@@ -318,6 +318,7 @@ def run(name: str, opts: Options, *, ops: Ops | None = None, on_event: EventFn =
     """Try the candidate (the baseline's deployment with ``opts.sets``) against the running baseline ``name``.
     Raises CanaryError when it cannot try at all; a candidate that breaks or regresses is the Outcome's verdict."""
     t0 = time.monotonic()
+    known_metrics("gate", opts.gate)  # before anything starts: a misspelt gate would decide nothing
     ops = ops or LiveOps()
     base = _baseline_record(name, ops)
     plan, sets = _candidate_plan(base, opts)

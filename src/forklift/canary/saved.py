@@ -6,6 +6,7 @@ forklift version with the same fields compare.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -82,7 +83,14 @@ Saved = Bench | Check
 
 
 def _seconds(ms: Any) -> float | None:
-    return None if ms is None else float(ms) / 1000.0
+    return None if ms is None else _finite(ms) / 1000.0
+
+
+def _finite(value: Any) -> float:
+    """A sample as a number: a bool, text, NaN, an infinity or a negative time is not one."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{value!r} is not a non-negative number")
+    return float(value)
 
 
 def _request(raw: dict[str, Any]) -> Request | None:
@@ -91,7 +99,7 @@ def _request(raw: dict[str, Any]) -> Request | None:
     itl = raw.get("itl_ms")
     return Request(output_tokens=int(raw.get("output_tokens") or 0), ttft=_seconds(raw.get("ttft_ms")),
                    tpot=_seconds(raw.get("tpot_ms")), e2e=_seconds(raw.get("e2e_ms")),
-                   itl=None if itl is None else tuple(float(g) / 1000.0 for g in itl), start=raw.get("start_s"))
+                   itl=None if itl is None else tuple(_finite(g) / 1000.0 for g in itl), start=raw.get("start_s"))
 
 
 def _level(raw: dict[str, Any], where: str) -> Level:
@@ -100,9 +108,17 @@ def _level(raw: dict[str, Any], where: str) -> Level:
                            fix="Compare results.json files as `forklift bench` writes them (not --json summaries "
                                "without per_request).")
     reqs = tuple(r for r in (_request(x) for x in raw["per_request"]) if r is not None)
-    return Level(concurrency=raw.get("concurrency"), rate=raw.get("rate"), requests=reqs,
-                 failed=int(raw.get("failed") or 0), output_tok_s=raw.get("output_tok_s"),
-                 goodput_req_s=raw.get("goodput_req_s"), slo=raw.get("slo"), duration_s=raw.get("duration_s"))
+    concurrency = raw.get("concurrency")
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)):
+        raise ValueError(f"concurrency {concurrency!r} is not a whole number")
+    return Level(concurrency=concurrency, rate=_optional(raw.get("rate")), requests=reqs,
+                 failed=int(raw.get("failed") or 0), output_tok_s=_optional(raw.get("output_tok_s")),
+                 goodput_req_s=_optional(raw.get("goodput_req_s")), slo=raw.get("slo"),
+                 duration_s=_optional(raw.get("duration_s")))
+
+
+def _optional(value: Any) -> float | None:
+    return None if value is None else _finite(value)
 
 
 def _normal_status(status: str) -> str:
@@ -110,7 +126,19 @@ def _normal_status(status: str) -> str:
 
 
 def from_json(data: Any, where: str) -> Saved:
-    """A saved result from its parsed JSON; ``where`` names it in errors."""
+    """A saved result from its parsed JSON; ``where`` names it in errors. A value of the wrong shape (a run that is
+    not an object, a time that is not a number) is a CompareError naming the file, never a traceback."""
+    try:
+        return _from_json(data, where)
+    except CompareError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        raise CompareError(f"{where}: not a result forklift wrote ({type(exc).__name__}: {exc})",
+                           fix="Pass the results.json `forklift bench` wrote or a `forklift check --json` report, "
+                               "unchanged.") from None
+
+
+def _from_json(data: Any, where: str) -> Saved:
     if isinstance(data, dict) and isinstance(data.get("runs"), list):
         levels = tuple(_level(r, f"{where} run {i}") for i, r in enumerate(data["runs"]))
         return Bench(where, dict(data.get("target") or {}), dict(data.get("settings") or {}),
@@ -134,6 +162,7 @@ def load(path: Path | str) -> Saved:
     except FileNotFoundError as exc:
         raise CompareError(f"{p}: no such file", fix="Pass a bench results.json, a bench output folder or a "
                                                      "saved check report.") from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CompareError(f"{p}: not readable JSON ({exc})", fix="Pass the file forklift wrote, unchanged.") from exc
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError, 4300-digit ints
+        raise CompareError(f"{p}: not readable JSON ({type(exc).__name__}: {str(exc)[:200]})",
+                           fix="Pass the file forklift wrote, unchanged.") from None
     return from_json(data, str(p))

@@ -89,10 +89,18 @@ def compare_cmd(
     """Per metric: B's change against A with an interval over server starts and runs (and a request bootstrap),
     and ok / regressed / improved / inconclusive. Exits 1 when a gated metric regressed, else 0 (2: bad input)."""
     a, b = sides(paths or [], baseline or [], candidate or [])
+    if html_out is not None and (html_out.is_dir() or not html_out.parent.is_dir()):
+        raise CompareError(f"--html {html_out}: " + ("a directory" if html_out.is_dir() else
+                                                    f"no folder {html_out.parent}"),
+                           fix="Name a file in an existing folder, e.g. --html compare.html.")
     c = canary.compare([canary.load(p) for p in a], [canary.load(p) for p in b], threshold=threshold,
                        confidence=confidence, gate=gate_list(gate), prior_noise=prior_noise)
     if html_out is not None:
-        html_out.write_text(comparison_page(c))
+        try:
+            html_out.write_text(comparison_page(c))
+        except OSError as exc:
+            raise CompareError(f"--html {html_out}: cannot write it ({exc.strerror or exc})",
+                               fix="Name a file you can write, e.g. --html compare.html.") from None
     if json_out:
         print_json(c.to_json() | ({"html": str(html_out)} if html_out else {}))
     else:

@@ -13,6 +13,7 @@ from forklift.cli.progress import node_bars
 from forklift.distribution.images import ImageOptions, ImageReport, sync_image
 from forklift.launch.hosts import runners_for
 from forklift.recipe import resolve
+from forklift.recipe.runtime import check_image
 from forklift.runner.ssh import default_ssh_config
 
 image_app = typer.Typer(help="Container images on the nodes.", no_args_is_help=True)
@@ -49,6 +50,10 @@ def sync_cmd(
 ) -> None:
     """Bring IMAGE to every node of RECIPE that lacks its digest (docker save | ssh docker load, node to node over
     the data network where nodes can ssh to each other, or a registry); nodes that have it are skipped."""
+    try:
+        check_image(image)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="IMAGE") from None
     r = resolve(recipe, set_ or []).recipe
     with node_bars(disable=json_out or dry_run) as bars:
         opts = ImageOptions(source=from_, registry=registry, node_ssh_config=node_ssh_config, on_progress=bars)

@@ -24,6 +24,8 @@ def export_cmd(
                                                  min=1)] = 15,
     probe_nodes: Annotated[bool, typer.Option("--probe-nodes/--no-probe-nodes",
                                               help="Ask each node whether a node exporter is installed.")] = True,
+    force: Annotated[bool, typer.Option("--force", help="Replace files of the same names that an export did "
+                                                        "not write.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Write a scrape job for every rank's /metrics (and node exporters), alert rules (KV near full, growing
@@ -32,7 +34,8 @@ def export_cmd(
     from forklift import monitor
     from forklift.cli.status import load_run
 
-    written = monitor.export_run(load_run(name), out, probe_nodes=probe_nodes, scrape_interval_s=scrape_interval)
+    written = monitor.export_run(load_run(name), out, probe_nodes=probe_nodes, scrape_interval_s=scrape_interval,
+                                 force=force)
     if json_out:
         print_json(written.to_json())
         return

@@ -16,7 +16,17 @@ from forklift.recipe import resolve
 
 CalibrateOpt = Annotated[Path | None, typer.Option("--calibrate", help="Store the terms of this vLLM startup log.")]
 ListOpt = Annotated[bool, typer.Option("--list-configs", help="List the model configs bundled for planning.")]
-VersionOpt = Annotated[str | None, typer.Option("--vllm-version", help="vLLM release the nodes run (sizing rules).")]
+def _release(value: str | None) -> str | None:
+    from forklift.plan.rules import check_release
+
+    try:
+        return None if value is None else check_release(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+VersionOpt = Annotated[str | None, typer.Option("--vllm-version", help="vLLM release the nodes run (sizing rules).",
+                                                callback=_release)]
 
 
 def plan_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = False,

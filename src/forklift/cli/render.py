@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from typing import Annotated
@@ -18,6 +19,7 @@ from forklift.patches import recipes as recipe_patches
 from forklift.plan import Unplanned, for_launch
 from forklift.recipe import exposure, resolve
 from forklift.recipe.exposure import open_without_key
+from forklift.recipe.runtime import check_image
 
 RuntimeOpt = Annotated[str | None, typer.Option("--runtime", help="Render for this runtime: venv or docker.")]
 ImageOpt = Annotated[str | None, typer.Option("--image", help="Image for --runtime docker / --format k8s.")]
@@ -34,8 +36,8 @@ def shell_word(arg: str) -> str:
 def _runtime_sets(runtime: str | None, image: str | None) -> list[str]:
     if runtime is None:
         return []
-    if runtime == "docker":
-        return [f"runtime={{kind: docker, image: '{image or DEFAULT_IMAGE}'}}"]
+    if runtime == "docker":  # the image as one JSON string (a flow value YAML reads as is): never spliced syntax
+        return [f"runtime={json.dumps({'kind': 'docker', 'image': image or DEFAULT_IMAGE})}"]
     if runtime == "venv":
         return ["runtime={kind: venv}"]
     raise RecipeError(f"--runtime {runtime}: expected venv or docker", fix="Use --runtime venv or docker.")
@@ -47,6 +49,11 @@ def render_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt 
     """Print per-rank argv, env and start order (workers first, head last), or a k8s manifest."""
     if fmt not in ("text", "json", "k8s"):
         raise RecipeError(f"--format {fmt}: expected text, json or k8s", fix="Use --format text, json or k8s.")
+    if image is not None:
+        try:
+            check_image(image)
+        except ValueError as exc:
+            raise RecipeError(f"--image {exc}", fix="Name an image such as vllm/vllm-openai:v0.32.0.") from None
     deployment = resolve(recipe, [*(set_ or []), *_runtime_sets(runtime, image)])
     plan = for_launch(deployment, force=force, apply=apply)
     if fmt == "k8s":

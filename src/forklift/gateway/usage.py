@@ -24,14 +24,23 @@ class KeyUsage:
 
 
 def audit_entries() -> Iterator[dict[str, Any]]:
-    """Oldest first: audit.jsonl.5 .. .1, then audit.jsonl."""
+    """Oldest first: audit.jsonl.5 .. .1, then audit.jsonl. Files the gateway did not name (a logrotate
+    ``audit.jsonl.1.gz``) and lines that are not a whole JSON object (one cut short by a kill mid-write) are
+    skipped."""
     d = gateway_dir()
-    files = sorted(d.glob("audit.jsonl.*"), key=lambda p: -int(p.suffix.lstrip(".") or 0))
+    files = sorted((p for p in d.glob("audit.jsonl.*") if p.suffix.lstrip(".").isdigit()),
+                   key=lambda p: -int(p.suffix.lstrip(".")))
     for p in [*files, d / "audit.jsonl"]:
         if p.exists():
-            for line in p.read_text().splitlines():
-                if line.strip():
-                    yield json.loads(line)
+            for line in p.read_text(errors="replace").splitlines():
+                if not line.strip():
+                    continue
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict):
+                    yield entry
 
 
 def usage(since: float | None = None) -> dict[str, KeyUsage]:

@@ -81,8 +81,9 @@ def user_dir() -> Path:
 def _user_file(path: Path) -> dict[str, HardwareProfile]:
     try:
         data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise HardwareError(f"{path}: not readable YAML: {exc}", fix="Fix or remove the file.") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+        raise HardwareError(f"{path}: not readable YAML ({type(exc).__name__}: {str(exc)[:300]})",
+                            fix="Fix or remove the file (UTF-8 text, a mapping of profile names).") from None
     if not isinstance(data, dict):
         raise HardwareError(f"{path}: must map profile names to profiles",
                             fix="Write `NAME: {description: ..., kind: cuda, gpus: 1, memory_gib: ..., ...}`.")

@@ -272,14 +272,39 @@ def dashboard(export: Export) -> dict[str, Any]:
     }
 
 
-def write(export: Export, out_dir: Path, *, scrape_interval_s: int = 15) -> dict[str, Path]:
-    """The three files under ``out_dir`` (made if missing); returns kind -> path."""
+HEADER = "# written by `forklift monitor export`; it rewrites this file\n"
+
+
+def _ours(path: Path) -> bool:
+    """Missing, or a file an export wrote (its header line; a dashboard with the forklift tag): never a file of the
+    user's own that happens to share the name."""
+    if not path.exists():
+        return True
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return False
+    if path.suffix == ".json":
+        try:
+            return "forklift" in (json.loads(text).get("tags") or [])
+        except (ValueError, AttributeError):
+            return False
+    return text.startswith(HEADER)
+
+
+def write(export: Export, out_dir: Path, *, scrape_interval_s: int = 15, force: bool = False) -> dict[str, Path]:
+    """The three files under ``out_dir`` (made if missing); returns kind -> path. A file of the same name that an
+    export did not write is refused (nothing written) unless ``force``."""
+    paths = {kind: out_dir / name for kind, name in FILES.items()}
+    theirs = [str(p) for p in paths.values() if not force and not _ours(p)]
+    if theirs:
+        raise MonitorError(f"{', '.join(theirs)}: not written by forklift; the export would replace it",
+                           fix="Pick another directory (--out DIR), or pass --force to replace it.")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        paths = {kind: out_dir / name for kind, name in FILES.items()}
-        paths["prometheus"].write_text(yaml.safe_dump(prometheus_config(export, scrape_interval_s=scrape_interval_s),
-                                                      sort_keys=False))
-        paths["rules"].write_text(yaml.safe_dump(alert_rules(export), sort_keys=False, width=200))
+        paths["prometheus"].write_text(HEADER + yaml.safe_dump(
+            prometheus_config(export, scrape_interval_s=scrape_interval_s), sort_keys=False))
+        paths["rules"].write_text(HEADER + yaml.safe_dump(alert_rules(export), sort_keys=False, width=200))
         paths["dashboard"].write_text(json.dumps(dashboard(export), indent=2) + "\n")
     except OSError as exc:
         raise MonitorError(f"cannot write the export into {out_dir}: {exc}",
@@ -297,11 +322,12 @@ class Written:
 
 
 def export_run(record: RunRecord, out_dir: Path, *, probe_nodes: bool = True,
-               runners: Mapping[int, Runner] | None = None, scrape_interval_s: int = 15) -> Written:
+               runners: Mapping[int, Runner] | None = None, scrape_interval_s: int = 15,
+               force: bool = False) -> Written:
     """Build ``record``'s export (asking its nodes for a node exporter unless ``probe_nodes`` is False) and
     write it under ``out_dir``."""
     node_exporters: list[Target] = []
     if probe_nodes:
         node_exporters = find_node_exporters(record, runners if runners is not None else record_runners(record))
     export = build(record, node_exporters=node_exporters, bench=bench_baseline(record))
-    return Written(export, write(export, out_dir, scrape_interval_s=scrape_interval_s))
+    return Written(export, write(export, out_dir, scrape_interval_s=scrape_interval_s, force=force))

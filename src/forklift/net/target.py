@@ -33,7 +33,7 @@ class Target:
 def _peek(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(read_text(path))
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):  # the recipe loader that follows names what is wrong
         return {}
     return data if isinstance(data, dict) else {}
 

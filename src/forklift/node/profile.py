@@ -36,7 +36,7 @@ MIN_FREE_MAX_FRACTION = 0.10
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SwapSpec(_Strict):
@@ -139,7 +139,12 @@ def load_profile(name_or_path: str) -> NodeProfile:
     if name_or_path.endswith((".yaml", ".yml")) or path.is_file():
         if not path.is_file():
             raise NodeError(f"node profile file {path} does not exist", fix="Check the path.")
-        return parse_profile(path.read_text(), source=str(path))
+        try:
+            return parse_profile(path.read_text(), source=str(path))
+        except (OSError, UnicodeDecodeError, RecursionError) as exc:
+            raise NodeError(f"node profile file {path}: not readable ({type(exc).__name__}: {str(exc)[:300]})",
+                            fix="A node profile is UTF-8 YAML of a few keys (`forklift node profiles` shows "
+                                "them).") from None
     if name_or_path not in bundled_names():
         near = difflib.get_close_matches(name_or_path, bundled_names(), n=1)
         raise NodeError(

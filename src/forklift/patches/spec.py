@@ -187,8 +187,10 @@ def load_patch_file(path: Path) -> Patch:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise PatchError(f"{path}: cannot read: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise PatchError(f"{path}: not valid YAML: {exc}", fix="Fix the YAML syntax.") from exc
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+        raise PatchError(f"{path}: not valid YAML ({type(exc).__name__}: {str(exc)[:300]})",
+                         fix="Fix the file (UTF-8 YAML, as the bundled catalog's), or move it out of the patches "
+                             "folder.") from None
     return parse_patch(data, source=str(path))
 
 

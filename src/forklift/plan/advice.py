@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 
 from forklift.errors import ForkliftError, PlanError
@@ -10,6 +11,7 @@ from forklift.plan import layout
 from forklift.plan import weights as mem
 from forklift.plan.core import GIB, Core, context, core, free_check, max_len_error
 from forklift.plan.result import Advice
+from forklift.plan.startup_checks import PinnedPool, pinned_pool
 from forklift.recipe.deployment import Deployment
 
 Replan = Callable[[Deployment], Core]
@@ -63,6 +65,13 @@ def _candidates(core_plan: Core) -> list[tuple[str, list[str]]]:
         elif ceiling < st.util:
             out.append((f"gpu_memory_utilization {st.util} -> {ceiling}: the startup check needs the request "
                         "to fit in free memory", [f"serve.gpu_memory_utilization={ceiling}"]))
+    if st.platform == "cpu":
+        need = max(lay.needed_bytes() for lay in core_plan.layouts) / GIB
+        pool = min(core_plan.pools) / GIB
+        if need > pool:  # vLLM-CPU's pool is what the recipe sets: enough for the longest request, 1 GiB at least
+            gib = max(1.0, math.ceil(need * 1.05 * 100) / 100)
+            out.append((f"a larger vLLM-CPU KV pool: serve.cpu_kv_cache_gib {pool:.3g} -> {gib:g}",
+                        [f"serve.cpu_kv_cache_gib={gib:g}"]))
     if st.kv_dtype in ("auto", "bfloat16", "float16"):
         out.append(("fp8 KV cache (halves KV bytes per token)", ["serve.kv_cache_dtype=fp8"]))
     if st.platform == "cuda" and not st.eager:
@@ -144,8 +153,8 @@ def _one_more_node(core_plan: Core) -> list[Advice]:
         alt = None
     if alt is None:
         return []
-    return [_advice(f"one more {last.hardware} node as another PP stage (pp={st.pp + 1})",
-                    [f"parallel.pp={st.pp + 1}", "nodes+=1"], alt,
+    return [_advice(f"one more {last.hardware} node as another PP stage: add it to the recipe's `nodes:` and set "
+                    f"pp={st.pp + 1}", [f"parallel.pp={st.pp + 1}"], alt,
                     f"KV pool {min(alt.pools) / GIB:.2f} GiB per rank; {alt.kv_tokens:,} KV tokens")]
 
 
@@ -163,10 +172,25 @@ def _model_length(core_plan: Core) -> list[Advice]:
     return out
 
 
+def _smaller_pool(core_plan: Core, pinned: PinnedPool) -> list[Advice]:
+    """A set pool larger than the memory: the largest that fits is the one way out (nothing else shrinks it)."""
+    value = f"{pinned.most:g}" if pinned.key == "serve.cpu_kv_cache_gib" else str(int(pinned.most))
+    sets = [f"{pinned.key}={value}"]
+    alt = _with_sets(core_plan, sets)
+    if alt is None:
+        return []
+    return [_advice(f"the largest KV pool that fits: {pinned.key} -> {value}", sets, alt,
+                    f"KV pool {min(alt.pools) / GIB:.2f} GiB per rank; {alt.kv_tokens:,} KV tokens"
+                    + ("; fits" if alt.fits else "; still short"))]
+
+
 def advice(core_plan: Core) -> list[Advice]:
     """The ways out of a plan that does not fit, each with its re-planned effect; empty when it fits."""
     if core_plan.fits:
         return []
     if max_len_error(core_plan.ctx) is not None:
         return _model_length(core_plan)
+    pinned = pinned_pool(core_plan.ctx, core_plan.ranks, core_plan.pools)
+    if pinned is not None:
+        return _smaller_pool(core_plan, pinned)
     return [*_ladder(core_plan), *_context_and_dcp(core_plan), *_one_more_node(core_plan)]

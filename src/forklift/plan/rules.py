@@ -6,11 +6,13 @@ A release takes every entry of ``versions`` not above it, later entries overridi
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from forklift.errors import PlanError
 from forklift.yamlio import shipped
 
 
@@ -89,13 +91,29 @@ def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_RELEASE = re.compile(r"\d+\.\d+(\.\d+)?([.+-][0-9A-Za-z.+-]*)?")
+
+
 @cache
+def check_release(version: str) -> str:
+    """A release a user names (``--vllm-version``): a version string, not older than the planner's first rules."""
+    oldest = min(data()["versions"], key=version_key)
+    if not _RELEASE.fullmatch(version) or version_key(version) < version_key(oldest):
+        raise ValueError(("not a release such as 0.32.0" if not _RELEASE.fullmatch(version) else
+                          f"older than any release the planner has rules for ({oldest})")
+                         + f"; pass the release the nodes run (`vllm --version` there), e.g. {default_version()}")
+    return version
+
+
 def rules_for(version: str | None) -> VersionRules:
     """The rules of ``version`` (default: data's default_version): every entry not above it, merged in order."""
     version = version or default_version()
     table: dict[str, dict[str, Any]] = data()["versions"]
-    vkey = version_key(version)
     keys = sorted(table, key=version_key)
+    if not _RELEASE.fullmatch(version):
+        raise PlanError(f"vLLM version {version!r}: not a release such as 0.32.0",
+                        fix=f"Pass the release the nodes run (`vllm --version` there), e.g. {default_version()}.")
+    vkey = version_key(version)
     eligible = [k for k in keys if version_key(k) <= vkey] or keys[:1]
     merged: dict[str, Any] = {}
     for k in eligible:

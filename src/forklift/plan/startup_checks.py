@@ -132,6 +132,9 @@ def startup_error(ctx: Context, ranks: list[RankPlan], layouts: list[KvLayout], 
         free_error = _free_memory_error(ctx, ranks)
         if free_error:
             return free_error
+    pinned = pinned_pool(ctx, ranks, pools)
+    if pinned is not None:
+        return pinned.message()
     worst = min(range(len(ranks)), key=lambda i: pools[i] - layouts[i].needed_bytes())
     if pools[worst] <= 0:
         return ("No available memory for the cache blocks "
@@ -148,6 +151,55 @@ def startup_error(ctx: Context, ranks: list[RankPlan], layouts: list[KvLayout], 
                 f"length is {largest}. Try increasing gpu_memory_utilization or decreasing max_model_len when "
                 "initializing the engine.")
     return _mamba_graph_error(ctx, layouts, pools)
+
+
+@dataclass(frozen=True)
+class PinnedPool:
+    """A KV pool the recipe sets that does not fit beside the rest of a node or device."""
+
+    key: str
+    where: str
+    pool_gib: float
+    rest_gib: float
+    total_gib: float
+    ranks: int = 1
+    """Ranks sharing the place (vLLM-CPU ranks on one host each allocate the set pool)."""
+
+    @property
+    def most(self) -> float:
+        """The largest value of ``key`` that fits there: GiB for serve.cpu_kv_cache_gib, bytes otherwise."""
+        gib = max(0.0, self.total_gib - self.rest_gib) / self.ranks
+        return round(gib, 2) if self.key == "serve.cpu_kv_cache_gib" else float(int(gib * GIB))
+
+    def message(self) -> str:
+        most = f"{self.most:g} GiB" if self.key == "serve.cpu_kv_cache_gib" else f"{int(self.most)} bytes"
+        return (f"{self.key} sets a KV pool of {self.pool_gib:.2f} GiB on {self.where}; with {self.rest_gib:.2f} GiB "
+                f"of weights, activations and runtime that is {self.pool_gib + self.rest_gib:.2f} GiB, more than its "
+                f"{self.total_gib:.2f} GiB: the pool is allocated as set, so the start runs out of memory. Lower "
+                f"{self.key} to at most {most}.")
+
+
+def pinned_pool(ctx: Context, ranks: list[RankPlan], pools: list[int]) -> PinnedPool | None:
+    """A KV pool the recipe sets (vLLM-CPU's VLLM_CPU_KVCACHE_SPACE, or --kv-cache-memory-bytes, which skips
+    profiling) is allocated whatever the memory: with the rest of each rank it must fit the node (CPU: the ranks
+    on one host share it) or the device, or the start runs out of memory instead of refusing. The tightest place
+    where it does not, or None."""
+    st = ctx.st
+    if st.platform != "cpu" and not isinstance(st.kv_budget, int):
+        return None
+    key = "serve.cpu_kv_cache_gib" if st.platform == "cpu" else "serve.kv_cache_memory_bytes"
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(ranks):
+        groups.setdefault(r.host if st.platform == "cpu" else f"{r.host} rank {r.rank}", []).append(i)
+    found: list[PinnedPool] = []
+    for where, members in groups.items():
+        total = ranks[members[0]].total_gib
+        rest = sum(r.weights_gib + r.activation_gib + r.non_torch_gib
+                   + (r.cudagraph_gib if st.platform != "cpu" else 0.0) for r in (ranks[i] for i in members))
+        pool = sum(pools[i] for i in members) / GIB
+        if pool + rest > total:
+            found.append(PinnedPool(key, where, pool, rest, total, len(members)))
+    return min(found, key=lambda f: f.most) if found else None
 
 
 def _mamba_graph_error(ctx: Context, layouts: list[KvLayout], pools: list[int]) -> str | None:

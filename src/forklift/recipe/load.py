@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from forklift.errors import RecipeError, RecipeNotFoundError
 from forklift.recipe.schema import Recipe
-from forklift.yamlio import load_user
+from forklift.yamlio import TooManyValuesError, load_user
 
 DEFAULT_RECIPE = "default"
 _MAX_EXTENDS_DEPTH = 8
@@ -80,6 +80,9 @@ def _parse_yaml(display: str, text: str) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise RecipeError(f"{display}: not valid YAML: {exc}", source=display,
                           fix="Fix the YAML syntax at the position shown.") from exc
+    except TooManyValuesError as exc:
+        raise RecipeError(f"{display}: {exc}", source=display,
+                          fix="A recipe is a few hundred values: write them out rather than nesting aliases.") from None
     except ValueError as exc:
         raise RecipeError(f"{display}: {exc}", source=display,
                           fix="Quote the value (\"2024-01-01\"), or remove the YAML tag (!!binary, !!set).") from None

@@ -98,9 +98,7 @@ class DockerRuntime(Strict):
     @field_validator("image")
     @classmethod
     def _image_reference(cls, v: str) -> str:
-        if not v or any(c.isspace() for c in v):
-            raise ValueError(f"{v!r}: an image reference has no spaces (e.g. vllm/vllm-openai:v0.32.0)")
-        return v
+        return check_image(v)
 
     @field_validator("extra_docker_args")
     @classmethod
@@ -113,3 +111,11 @@ class DockerRuntime(Strict):
 
 
 Runtime = Annotated[VenvRuntime | DockerRuntime, Field(discriminator="kind")]
+
+
+def check_image(ref: str) -> str:
+    """A docker image reference as one argv word: not empty, no spaces or control characters, not an option."""
+    if not ref or ref.startswith("-") or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in ref):
+        raise ValueError(f"{ref!r}: not an image reference (no spaces, not starting with '-'; e.g. "
+                         "vllm/vllm-openai:v0.32.0)")
+    return ref

@@ -14,7 +14,7 @@ from forklift.names import ENV_NAME
 class Strict(BaseModel):
     """Base for every recipe section: unknown keys rejected, assignment validated."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 def _env_values_as_text(value: object) -> object:

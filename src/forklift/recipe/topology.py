@@ -77,13 +77,20 @@ class Node(Strict):
         return self.ssh is None and self.host in ("localhost", "127.0.0.1", "::1")
 
 
+MAX_PARALLEL = 1024
+"""The most ranks any parallel dimension takes (beyond it a plan would only spend time)."""
+
+
 class Parallel(Strict):
     """How the model is split."""
 
-    tp: int = Field(default=1, ge=1, description="Tensor parallel size (GPUs per node sharing each layer).")
-    pp: int = Field(default=1, ge=1, description="Pipeline parallel size (stages, usually one per node).")
-    dp: int = Field(default=1, ge=1, description="Data parallel replicas.")
-    dcp: int = Field(default=1, ge=1, description="Decode context parallel size (splits stored KV tokens).")
+    tp: int = Field(default=1, ge=1, le=MAX_PARALLEL,
+                    description="Tensor parallel size (GPUs per node sharing each layer).")
+    pp: int = Field(default=1, ge=1, le=MAX_PARALLEL,
+                    description="Pipeline parallel size (stages, usually one per node).")
+    dp: int = Field(default=1, ge=1, le=MAX_PARALLEL, description="Data parallel replicas.")
+    dcp: int = Field(default=1, ge=1, le=MAX_PARALLEL,
+                     description="Decode context parallel size (splits stored KV tokens).")
     backend: Literal["native", "ray"] = Field(
         default="native", description="Multi-node executor: vLLM's native (--nnodes) or Ray."
     )

@@ -139,9 +139,10 @@ def list_unreadable() -> list[tuple[str, RunError]]:
 
 
 def resolve_name(name: str | None) -> str:
-    """The run a command without a name means: the only one, or 'default'."""
+    """The run a command without a name means: the only one, or 'default'. A name given is checked (it becomes a
+    path, a unit name, a credentials file name)."""
     if name:
-        return name
+        return validate_name(name)
     names = list_names()
     if len(names) == 1:
         return names[0]

@@ -44,6 +44,8 @@ class LocalRunner:
             raise RunnerError(
                 f"{self.host}: command not found: {argv[0]}", fix=f"Install {argv[0]} or put it on PATH."
             ) from exc
+        except OSError as exc:  # a directory, no execute permission, not an executable format
+            raise _not_runnable(self.host, argv[0], exc) from exc
         except subprocess.TimeoutExpired as exc:
             raise RunnerError(
                 f"{self.host}: `{shlex.join(argv)}` did not finish within {timeout} s",
@@ -78,4 +80,12 @@ class LocalRunner:
                 raise RunnerError(
                     f"{self.host}: command not found: {argv[0]}", fix=f"Install {argv[0]} or put it on PATH."
                 ) from exc
+            except OSError as exc:
+                raise _not_runnable(self.host, argv[0], exc) from exc
         return Spawned(self.host, proc.pid, log_path)
+
+
+def _not_runnable(host: str, program: str, exc: OSError) -> RunnerError:
+    return RunnerError(f"{host}: cannot run {program}: {exc.strerror or exc}",
+                       fix=f"Name an executable program (a Python interpreter such as /usr/bin/python3), not "
+                           f"{program}.")

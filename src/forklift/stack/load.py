@@ -10,6 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from forklift import yamlio
 from forklift.errors import RecipeError, RecipeNotFoundError
+from forklift.recipe.load import read_text
 from forklift.stack.schema import Member, StackFile
 
 
@@ -37,8 +38,8 @@ def _problems(exc: ValidationError) -> list[str]:
 def parse(text: str, display: str = "<stack>") -> StackFile:
     try:
         data = yamlio.load_user(text)
-    except (yaml.YAMLError, ValueError) as exc:
-        raise RecipeError(f"{display}: not a YAML mapping: {exc}", source=display,
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
+        raise RecipeError(f"{display}: not a YAML mapping: {type(exc).__name__}: {str(exc)[:300]}", source=display,
                           fix="Fix the YAML named above.") from None
     if not isinstance(data, dict):
         raise RecipeError(f"{display}: a stack file is a mapping with `name` and `members`", source=display,
@@ -57,4 +58,4 @@ def load(path: str | Path) -> tuple[StackFile, Path]:
     p = Path(path)
     if not p.is_file():
         raise RecipeNotFoundError(f"no stack file at {p}", source=str(p), fix="Give the path of a STACK.yaml.")
-    return parse(p.read_text(), str(p)), p.resolve().parent
+    return parse(read_text(p), str(p)), p.resolve().parent

@@ -21,7 +21,7 @@ Name = Annotated[str, AfterValidator(_checked_name)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Member(_Strict):

@@ -183,7 +183,7 @@ def test_beside_needs_room_and_leaves_the_baseline_running(baseline: RunRecord) 
     ops = FakeOps(4)
     _measured(ops, baseline)
     with pytest.raises(CanaryError, match="both do not fit"):
-        flow.run("base", flow.Options(sets=("serve.cpu_kv_cache_gib=64",), beside=True), ops=ops)
+        flow.run("base", flow.Options(sets=("serve.cpu_kv_cache_gib=14",), beside=True), ops=ops)
     out = flow.run("base", flow.Options(sets=("serve.max_num_seqs=2",), beside=True), ops=ops)
     assert out.candidate_name == "base-canary" and "serve.port=18124" in out.sets
     assert ("down", "base") not in ops.calls and ("down", "base-canary") in ops.calls

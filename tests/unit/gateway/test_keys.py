@@ -145,3 +145,13 @@ def test_adds_and_revokes_from_many_threads_all_land() -> None:
     stored = json.loads((gateway.gateway_dir() / "keys.json").read_text())
     assert len(stored) == 16
     assert all(stored[f"user{n}"]["revoked"] is not None for n in range(8))
+
+
+def test_usage_skips_a_line_cut_short_and_a_rotated_archive() -> None:
+    d = gateway.gateway_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "audit.jsonl").write_text('{"key": "alice", "status": 200, "completion_tokens": 3}\n{"key": "ali')
+    (d / "audit.jsonl.1.gz").write_bytes(b"\x1f\x8b\x08\x00")
+    (d / "audit.jsonl.1").write_text('{"key": "alice", "status": 500}\n')
+    used = gateway.usage()
+    assert used["alice"].requests == 2 and used["alice"].errors == 1 and used["alice"].completion_tokens == 3

@@ -116,3 +116,18 @@ def test_an_unwritable_directory_is_an_error(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(MonitorError):
         monitor.export_run(rec, blocker / "sub", probe_nodes=False)
+
+
+def test_a_file_of_the_user_s_own_is_never_replaced_without_force(tmp_path: Path) -> None:
+    rec = _record("demo", "default")
+    out = tmp_path / "prom"
+    out.mkdir()
+    mine = "global: {scrape_interval: 5s}\nscrape_configs: [{job_name: mine}]\n"
+    (out / "prometheus.yml").write_text(mine)
+    with pytest.raises(MonitorError, match="not written by forklift") as err:
+        monitor.export_run(rec, out, probe_nodes=False)
+    assert "--force" in (err.value.fix or "")
+    assert (out / "prometheus.yml").read_text() == mine and not (out / "alerts.yml").exists()  # nothing written
+    first = monitor.export_run(rec, out, probe_nodes=False, force=True)
+    again = monitor.export_run(rec, out, probe_nodes=False)  # its own files: rewritten without --force
+    assert again.files == first.files and "job_name: forklift-demo" in (out / "prometheus.yml").read_text()
