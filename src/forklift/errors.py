@@ -76,8 +76,20 @@ class HardwareError(ForkliftError):
     """A hardware profile that does not exist or cannot be detected."""
 
 
+class HardwareProfileError(HardwareError):
+    """A profile name or file the user gave that names no usable profile (exit 2: bad input)."""
+
+    exit_code = 2
+
+
 class PlanError(ForkliftError):
     """A deployment that cannot work as asked (does not fit, bad parallel layout)."""
+
+
+class PlanInputError(PlanError):
+    """An input to the planner that cannot be read (a --calibrate log; exit 2)."""
+
+    exit_code = 2
 
 
 class DoesNotFitError(PlanError):
@@ -287,6 +299,12 @@ class PatchError(ForkliftError):
     """A patch definition is invalid, or cannot be applied safely."""
 
 
+class UnknownPatchError(PatchError):
+    """A patch id no catalog holds (exit 2: bad input)."""
+
+    exit_code = 2
+
+
 class PatchDriftError(PatchError):
     """A patch's anchor no longer matches its target file."""
 
@@ -374,7 +392,9 @@ class GatewayError(ForkliftError):
 
 
 class GatewayKeyError(GatewayError):
-    """A key name that does not exist, or one that already does."""
+    """A key name that does not exist, or one that already does (exit 2: bad input)."""
+
+    exit_code = 2
 
 
 class Terminated(KeyboardInterrupt):

@@ -9,6 +9,7 @@ with the flag, so a library caller and a command-line user read the same message
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -132,6 +133,9 @@ def validate(config: Any) -> None:
         if value is None or not isinstance(value, int | float):
             continue
         name = opt.flag.name
+        if not math.isfinite(value):
+            raise BenchError(f"{name} {value} is not a number of requests, seconds or tokens",
+                             fix=f"Pass {name} as a finite number.")
         if opt.flag.minimum is not None and value < opt.flag.minimum:
             low = opt.flag.minimum
             shown = int(low) if float(low).is_integer() else low

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -158,6 +159,7 @@ def bench_cmd(
     target = _target(name, url, model, tokenizer)
     out_dir = out or fresh(records.run_dir(target.run_name) / "bench" if target.run_name
                            else Path.cwd() / "bench-results")  # two benches in one second get two folders
+    _writable_before_the_run(out_dir, ladder_out, given=out is not None)
     if ladder:
         _ladder(ladder_config, target, out_dir, ladder_out, json_out)
         return
@@ -257,6 +259,27 @@ def _spec_table(comparison: dict[str, object]) -> Table:
                   str(lv["draft_coverage"]), str(d["speculative"]), str(d["baseline"]),
                   f"{d['speedup']}x" if d["speedup"] is not None else "-")
     return t
+
+
+def _writable_before_the_run(out_dir: Path, ladder_out: Path | None, *, given: bool) -> None:
+    """Where the results go is checked before any request: a bench that cannot be written, or that would write
+    over an earlier bench's results, is refused while nothing has been measured yet."""
+    from forklift.bench.ladder import FORMATS
+    from forklift.errors import BenchError
+
+    if given and (out_dir / "results.json").exists():
+        raise BenchError(f"--out {out_dir} already holds a bench's results.json",
+                         fix="Pass a new --out folder (or leave --out out: each bench gets a fresh folder).")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BenchError(f"--out {out_dir}: cannot make it ({exc.strerror or exc})",
+                         fix="Pass --out DIR in a writable place.") from None
+    if not os.access(out_dir, os.W_OK):
+        raise BenchError(f"--out {out_dir}: not writable", fix="Pass --out DIR in a writable place.")
+    if ladder_out is not None and ladder_out.suffix.lower() not in FORMATS:
+        raise BenchError(f"--ladder-out {ladder_out}: the ladder is written as .md, .json or .csv",
+                         fix="Pass --ladder-out with a .md, .json or .csv file name.")
 
 
 def register(app: typer.Typer) -> None:

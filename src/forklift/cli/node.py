@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -48,7 +47,9 @@ def _runner(target: str) -> Runner:
 
 
 def _is_recipe(arg: str) -> bool:
-    return arg in bundled_names() or (arg.endswith((".yaml", ".yml")) and Path(arg).expanduser().is_file())
+    """A bundled recipe's name or a recipe file; a name ending .yaml/.yml is a recipe even when it is missing (the
+    recipe loader then says so; as an ssh host it would only fail to connect)."""
+    return arg in bundled_names() or arg.endswith((".yaml", ".yml"))
 
 
 def _targets(args: list[str] | None, profile: str) -> list[tuple[str, Runner, str]]:

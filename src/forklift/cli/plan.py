@@ -34,6 +34,10 @@ def plan_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = 
              list_configs: ListOpt = False, apply: ApplyOpt = False) -> None:
     """Predict per-rank memory, KV tokens, max context and decode speed for a recipe."""
     if list_configs:
+        if json_out:
+            print_json([{"name": e.name, "note": e.note, "aliases": list(e.aliases)}
+                        for e in configs_index.bundled_configs().values()])
+            return
         for entry in configs_index.bundled_configs().values():
             common.console.print(f"[bold]{entry.name}[/]: {entry.note} (aliases: {', '.join(entry.aliases)})")
         return

@@ -8,6 +8,7 @@ from rich.table import Column, Table
 
 from forklift import recipe as recipes
 from forklift.cli.common import JsonOpt, RecipeArg, SetOpt, console, print_json
+from forklift.errors import RecipeError
 
 recipe_app = typer.Typer(help="Inspect recipes: the typed description of a deployment.", no_args_is_help=True)
 
@@ -32,7 +33,12 @@ def show_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = 
 @recipe_app.command("validate")
 def validate_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = False) -> None:
     """Check a recipe (and its cluster file) without planning or starting anything; exit 2 naming each problem."""
-    deployment = recipes.resolve(recipe, set_ or [])
+    try:
+        deployment = recipes.resolve(recipe, set_ or [])
+    except RecipeError as exc:
+        if json_out:  # the problems on stdout too, for a script; the error (and exit 2) as always
+            print_json({"ok": False, "error": str(exc), "problems": exc.problems or [str(exc)], "fix": exc.fix})
+        raise
     if json_out:
         print_json({"ok": True, "name": deployment.name, "origin": deployment.origin})
     else:

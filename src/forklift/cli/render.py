@@ -57,7 +57,11 @@ def render_cmd(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt 
     deployment = resolve(recipe, [*(set_ or []), *_runtime_sets(runtime, image)])
     plan = for_launch(deployment, force=force, apply=apply)
     if fmt == "k8s":
-        sys.stdout.write(yaml.safe_dump(leader_worker_set(plan, image=image), sort_keys=False))
+        manifest = leader_worker_set(plan, image=image)
+        if json_out:  # the same manifest as JSON (kubectl reads both)
+            print_json(manifest)
+        else:
+            sys.stdout.write(yaml.safe_dump(manifest, sort_keys=False))
         return
     launch = render(plan)
     if json_out or fmt == "json":

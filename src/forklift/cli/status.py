@@ -133,7 +133,7 @@ def logs_cmd(
     name: NameArg = None,
     rank: Annotated[int, typer.Option("--rank", "-r", help="Which rank's log.")] = 0,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
-    tail: Annotated[int | None, typer.Option("--tail", help="Only the last N lines.")] = None,
+    tail: Annotated[int | None, typer.Option("--tail", help="Only the last N lines.", min=0, max=10_000_000)] = None,
 ) -> None:
     """Print a rank's engine log."""
     from forklift.cluster import down as ops

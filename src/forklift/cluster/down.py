@@ -383,10 +383,15 @@ def log_path(record: RunRecord, rank: int) -> str:
 
 def read_log(record: RunRecord, rank: int = 0, tail: int | None = None,
              runners: Mapping[int, Runner] | None = None) -> list[str]:
-    """A rank's log, read on the host it runs on."""
+    """A rank's log, read on the host it runs on; a RunError when the file is not there."""
     state = rank_state(record, rank)
     runners = runners or record_runners(record)
-    return remote.tail(runners[state.node], state.log_path, tail)
+    lines = remote.tail(runners[state.node], state.log_path, tail)
+    if not lines and runners[state.node].run(["test", "-f", state.log_path], timeout=30).returncode != 0:
+        raise RunError(f"{record.name}: rank {rank}'s log {state.log_path} is not on {state.host} any more",
+                       fix=f"It was removed with its run folder; `forklift doctor {record.name}` reads what is left "
+                           "(the record, the node's kernel log).")
+    return lines
 
 
 def follow_log(record: RunRecord, rank: int = 0, poll_s: float = 0.5,

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from forklift import paths
-from forklift.errors import HardwareError
+from forklift.errors import HardwareError, HardwareProfileError
 from forklift.yamlio import load_data
 
 
@@ -82,10 +82,10 @@ def _user_file(path: Path) -> dict[str, HardwareProfile]:
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
-        raise HardwareError(f"{path}: not readable YAML ({type(exc).__name__}: {str(exc)[:300]})",
+        raise HardwareProfileError(f"{path}: not readable YAML ({type(exc).__name__}: {str(exc)[:300]})",
                             fix="Fix or remove the file (UTF-8 text, a mapping of profile names).") from None
     if not isinstance(data, dict):
-        raise HardwareError(f"{path}: must map profile names to profiles",
+        raise HardwareProfileError(f"{path}: must map profile names to profiles",
                             fix="Write `NAME: {description: ..., kind: cuda, gpus: 1, memory_gib: ..., ...}`.")
     out: dict[str, HardwareProfile] = {}
     for name, entry in data.items():
@@ -95,7 +95,7 @@ def _user_file(path: Path) -> dict[str, HardwareProfile]:
         except (ValidationError, TypeError) as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()) \
                 if isinstance(exc, ValidationError) else str(exc)
-            raise HardwareError(f"{path}: profile '{name}' is invalid: {problems}",
+            raise HardwareProfileError(f"{path}: profile '{name}' is invalid: {problems}",
                                 fix="Give description, kind (cuda|cpu), gpus, memory_gib, unified, bandwidth_gbs, "
                                 "tflops and compute_capability, as in `forklift hw --list --json`.") from None
     return out
@@ -125,7 +125,7 @@ def _unknown(kind: str, name: str, known: list[str]) -> HardwareError:
     close = difflib.get_close_matches(name, known, n=1)
     hint = f" Did you mean '{close[0]}'?" if close else ""
     extra = f" or add your own under {user_dir()}/" if kind == "hardware" else ""
-    return HardwareError(f"unknown {kind} profile '{name}'.{hint}",
+    return HardwareProfileError(f"unknown {kind} profile '{name}'.{hint}",
                          fix=f"Use one of: {', '.join(known)} (`forklift hw --list`){extra}.")
 
 

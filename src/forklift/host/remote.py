@@ -35,6 +35,8 @@ def read_from(runner: Runner, path: str, offset: int, *, timeout: float = 30) ->
 
 def tail(runner: Runner, path: str, lines: int | None = None, *, timeout: float = 30) -> list[str]:
     """The last lines of a file on the host ([] when it does not exist)."""
+    if lines is not None and lines <= 0:
+        return []
     argv = ["tail", "-n", str(lines), path] if lines else ["cat", path]
     res = runner.run(argv, timeout=timeout)
     if res.returncode != 0:

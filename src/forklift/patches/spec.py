@@ -33,7 +33,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from forklift import paths
-from forklift.errors import PatchError
+from forklift.errors import PatchError, UnknownPatchError
 from forklift.patches import core
 from forklift.yamlio import load_data
 
@@ -229,7 +229,7 @@ def get(ids: list[str], known: dict[str, Patch] | None = None) -> list[Patch]:
             out.append(load_patch_file(p))
             continue
         close = difflib.get_close_matches(pid, list(known), n=1)
-        raise PatchError(f"unknown patch {pid!r}" + (f"; did you mean {close[0]!r}?" if close else ""),
+        raise UnknownPatchError(f"unknown patch {pid!r}" + (f"; did you mean {close[0]!r}?" if close else ""),
                          fix="`forklift patch list` shows the known patches.")
     return out
 

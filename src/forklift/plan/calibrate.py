@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from forklift import paths
-from forklift.errors import PlanError
+from forklift.errors import PlanError, PlanInputError
 from forklift.model.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -65,7 +65,8 @@ def store(key: str, log_path: Path) -> Calibration:
     try:
         text = log_path.read_text(errors="replace")
     except OSError as exc:
-        raise PlanError(f"cannot read {log_path}: {exc}", fix="Pass the path of a vLLM startup log.") from exc
+        raise PlanInputError(f"cannot read {log_path}: {exc.strerror or exc}",
+                             fix="Pass the path of a vLLM startup log.") from None
     from forklift.plan.startlog import parse_log
 
     facts = parse_log(text)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from forklift.errors import HardwareError, PlanError
+from forklift.errors import HardwareProfileError, PlanError
 from forklift.hardware.detect import local_amx
 from forklift.hardware.profiles import HardwareProfile
 from forklift.hardware.profiles import get as get_profile
@@ -97,7 +97,7 @@ def node_profiles(deployment: Deployment) -> list[HardwareProfile]:
             prof = prof.model_copy(update=update)
         out.append(prof)
     if len({p.kind for p in out}) > 1:
-        raise HardwareError("the recipe mixes CPU and GPU nodes", fix="Use one kind of hardware for every node.")
+        raise HardwareProfileError("the recipe mixes CPU and GPU nodes", fix="Use one kind of hardware for every node.")
     return out
 
 

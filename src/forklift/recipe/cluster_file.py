@@ -31,16 +31,21 @@ def clusters_dir() -> Path:
     return paths.home() / "clusters"
 
 
-def find(ref: str) -> Path:
+def find(ref: str, base: Path | None = None) -> Path:
+    """A cluster file: a path (beside the recipe that names it, as ``extends`` is, then from here), or a name
+    under $FORKLIFT_HOME/clusters/."""
     as_path = Path(ref).expanduser()
-    for cand in (as_path, clusters_dir() / f"{ref}.yaml", clusters_dir() / ref):
+    beside = [base / as_path] if base is not None and not as_path.is_absolute() else []
+    for cand in (*beside, as_path, clusters_dir() / f"{ref}.yaml", clusters_dir() / ref):
         if cand.is_file():
             return cand
     known = sorted(p.stem for p in clusters_dir().glob("*.yaml")) if clusters_dir().is_dir() else []
+    file = ref if ref.endswith((".yaml", ".yml")) else f"{ref}.yaml"
+    where = f"{beside[0]}, " if beside else ""
     raise RecipeError(
-        f"cluster '{ref}' not found (no such file, nothing at {clusters_dir()}/{ref}.yaml)",
+        f"cluster '{ref}' not found (nothing at {where}{as_path} or {clusters_dir()}/{file})",
         fix=("Known clusters: " + ", ".join(known)) if known else
-        f"Write {clusters_dir()}/{ref}.yaml with a `nodes:` list, or list the nodes in the recipe.",
+        f"Write {clusters_dir()}/{file} with a `nodes:` list, or list the nodes in the recipe.",
     )
 
 
@@ -54,12 +59,12 @@ def load_cluster(ref: str) -> ClusterFile:
                           fix="A cluster file has `nodes:` (host, ssh, hardware, data_ip, model_path).") from exc
 
 
-def apply_cluster_file(recipe: Recipe) -> tuple[Recipe, str | None]:
+def apply_cluster_file(recipe: Recipe, base: Path | None = None) -> tuple[Recipe, str | None]:
     """The recipe with its cluster file's nodes (and network) in place, and the file's path; the recipe
-    unchanged (and None) without ``cluster:``."""
+    unchanged (and None) without ``cluster:``. ``base``: the recipe file's folder."""
     if recipe.cluster is None:
         return recipe, None
-    path = find(recipe.cluster)
+    path = find(recipe.cluster, base)
     cluster = load_cluster(str(path))
     update: dict[str, Any] = {"nodes": cluster.nodes}
     if cluster.network is not None:

@@ -8,6 +8,7 @@ network in place) plus what forklift already knows about those nodes (facts meas
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -70,7 +71,8 @@ def from_recipe(recipe: Recipe, *, origin: str | None = None, overrides: Sequenc
     if recipe.cluster is not None:  # the cluster-file reader (its own pydantic model) loads only for one
         from forklift.recipe.cluster_file import apply_cluster_file
 
-        resolved, cluster_path = apply_cluster_file(recipe)
+        shown = Path(origin).expanduser() if origin else None
+        resolved, cluster_path = apply_cluster_file(recipe, shown.parent if shown and shown.is_file() else None)
     return Deployment(recipe=resolved, origin=origin or (f"bundled:{recipe.name}" if recipe.name else "<recipe>"),
                       overrides=list(overrides), cluster_file=cluster_path,
                       facts=known_facts(resolved) if facts else {})

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forklift.errors import StackDoesNotFitError
+from forklift.errors import RecipeError, StackDoesNotFitError
 from forklift.hardware.profiles import get as hardware_profile
 from forklift.plan import gb10
 from forklift.plan.core import GIB
@@ -302,6 +302,20 @@ def _deployment(member: Member, base: Path, extra: list[str]) -> Deployment:
     return resolve(recipe_ref(member, base), [*member_overrides(member), *extra])
 
 
+def _ports_apart(stack: StackFile, own: Mapping[str, Plan]) -> None:
+    """Two members whose heads share a host cannot both serve on one port (the second start would fail on it)."""
+    seen: dict[tuple[str, int], str] = {}
+    for name, p in own.items():
+        recipe = p.deployment.recipe
+        where = (recipe.head.ssh or recipe.head.host, recipe.serve.port)
+        if where in seen:
+            raise RecipeError(f"stack {stack.name}: members {seen[where]} and {name} both serve on port {where[1]} "
+                              f"of {recipe.head.host}", source=stack.name,
+                              fix=f"Give each member its own `port:` in the stack file (e.g. {name}: port: "
+                                  f"{where[1] + 1}).")
+        seen[where] = name
+
+
 def joint_plan(stack: StackFile, base: Path, *, plans: dict[str, Plan] | None = None,
                cores: cpu_cores.CoresFn = cpu_cores.default_cores, environ: Mapping[str, str] | None = None,
                ) -> JointPlan:
@@ -310,6 +324,7 @@ def joint_plan(stack: StackFile, base: Path, *, plans: dict[str, Plan] | None = 
     ``plans``: the members' own plans already made (tests), else each is planned from its recipe; ``cores`` and
     ``environ``: a host's core ids and forklift's environment (tests)."""
     own = plans if plans is not None else {m.name: make(_deployment(m, base, [])) for m in stack.members}
+    _ports_apart(stack, own)
     devices, kv = budgets(stack, own)
     sets = {}
     for n, p in own.items():

@@ -138,3 +138,62 @@ def test_a_program_that_cannot_run_is_a_runner_error(tmp_path: Path) -> None:
 def test_service_names_are_checked() -> None:
     res = forklift("service", "remove", "../../../tmp/victim", "--dry-run")
     assert res.returncode == 2 and "invalid run name" in res.stderr
+
+
+def test_bench_refuses_an_out_folder_it_would_write_over_before_any_request(tmp_path: Path) -> None:
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "results.json").write_text("{}")
+    res = forklift("bench", "--url", "http://127.0.0.1:9", "--model", "m", "--out", str(earlier))
+    assert res.returncode == 2 and "already holds" in res.stderr and (earlier / "results.json").read_text() == "{}"
+    res = forklift("bench", "--url", "http://127.0.0.1:9", "--model", "m", "--out", str(tmp_path / "new"),
+                   "--ladder", "--ladder-out", str(tmp_path / "l.txt"))
+    assert res.returncode == 2 and ".md, .json or .csv" in res.stderr
+
+
+@pytest.mark.parametrize("flag", [["--rate", "nan"], ["--rate", "inf"], ["--duration", "nan"]])
+def test_bench_refuses_rates_and_durations_that_are_not_numbers(flag: list[str], tmp_path: Path) -> None:
+    res = forklift("bench", "--url", "http://127.0.0.1:9", "--model", "m", "--out", str(tmp_path / "o"), *flag)
+    assert res.returncode == 2 and flag[0] in res.stderr and "Traceback" not in res.stderr
+
+
+def test_json_outputs_are_json() -> None:
+    assert json.loads(forklift("plan", "--list-configs", "--json").stdout)
+    assert json.loads(forklift("render", "default", "--format", "k8s", "--json").stdout)["kind"] == "LeaderWorkerSet"
+    res = forklift("recipe", "validate", "default", "--set", "serve.port=0", "--json")
+    assert res.returncode == 2 and json.loads(res.stdout)["ok"] is False
+
+
+def test_a_cluster_file_is_found_beside_the_recipe_that_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "lab.yaml").write_text("nodes:\n  - {host: localhost, hardware: cpu}\n")
+    (tmp_path / "sub" / "r.yaml").write_text("extends: default\ncluster: lab.yaml\n")
+    monkeypatch.chdir(tmp_path)  # not the recipe's folder
+    deployment = recipes.resolve(str(tmp_path / "sub" / "r.yaml"))
+    assert deployment.cluster_file == str(tmp_path / "sub" / "lab.yaml")
+    (tmp_path / "sub" / "r2.yaml").write_text("extends: default\ncluster: nope.yaml\n")
+    with pytest.raises(RecipeError) as err:
+        recipes.resolve(str(tmp_path / "sub" / "r2.yaml"))
+    assert "nope.yaml.yaml" not in str(err.value) + (err.value.fix or "")
+
+
+def test_node_check_of_a_missing_recipe_file_says_so() -> None:
+    res = forklift("node", "check", "typo.yaml")
+    assert res.returncode == 2 and "not found" in res.stderr and "ssh" not in res.stderr
+
+
+def test_logs_of_a_rank_whose_log_is_gone_say_so(tmp_path: Path) -> None:
+    from forklift.cluster.down import read_log
+    from forklift.plan import for_launch
+    from forklift.record import RankState, RunRecord
+    from tests.helpers import launch_of
+
+    record = RunRecord(name="gone", run_id="abc", plan=for_launch(recipes.resolve("default"), force=True),
+                       launch=launch_of("default", "/models/smol", run_id="abc"), endpoint="http://127.0.0.1:8000",
+                       served_name="smollm2",
+                       ranks=[RankState(rank=0, host="localhost", log_path=str(tmp_path / "vllm.log"))])
+    with pytest.raises(Exception, match="not on localhost any more"):
+        read_log(record)
+    (tmp_path / "vllm.log").write_text("a\nb\n")
+    assert read_log(record) == ["a", "b"] and read_log(record, tail=1) == ["b"] and read_log(record, tail=0) == []

@@ -115,7 +115,7 @@ def test_cli_plan_json_and_hw() -> None:
     listed = forklift("hw", "--list", "--json")
     assert listed.returncode == 0 and "gb10" in listed.stdout
     bad = forklift("plan", "default", "--set", "nodes.0.hardware=h300")
-    assert bad.returncode != 0 and "HardwareError" in bad.stderr and "gb10" in bad.stderr
+    assert bad.returncode == 2 and "HardwareProfileError" in bad.stderr and "gb10" in bad.stderr  # bad input
 
 
 def test_pipeline_parallel_with_enforce_eager_on_vllm_cpu_is_warned_unless_the_patch_is_carried(

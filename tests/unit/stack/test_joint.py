@@ -140,3 +140,10 @@ def test_members_on_gpus_the_recipe_names_are_not_assumed_to_share_gpu_0(tmp_pat
     shared = joint_plan(parse("name: two\nmembers:\n" + member("a", 18121, "1") + member("b", 18122, "1")),
                         tmp_path)
     assert [(d.index, [u.member for u in d.uses]) for d in shared.devices] == [(1, ["a", "b"])]
+
+
+def test_members_left_on_one_port_of_one_host_are_refused(tmp_path: Path) -> None:
+    clash = "name: duo\nmembers:\n  - {name: a, recipe: default}\n  - {name: b, recipe: default}\n"
+    with pytest.raises(RecipeError, match="members a and b both serve on port 8000 of localhost") as err:
+        joint_plan(parse(clash), tmp_path, cores=_two_cores, environ={})
+    assert "port:" in (err.value.fix or "")
