@@ -26,7 +26,7 @@ from forklift.doctor import (
     to_checks,
 )
 from forklift.doctor.scan import Excerpt
-from forklift.errors import DoctorError, ForkliftError
+from forklift.errors import DoctorError, ForkliftError, RunNotFoundError
 
 BAD_INPUT = 2
 
@@ -64,7 +64,14 @@ def _run_diagnosis(name: str, threshold: float | None) -> tuple[Report, list[str
     from forklift.cluster.diagnose import diagnose_run
     from forklift.cluster.stop import record_runners
 
-    record = records.load(name)
+    try:
+        record = records.load(name)
+    except RunNotFoundError as exc:
+        if "." in name:  # a file name more likely than a run name
+            raise DoctorError(f"no run named {name!r} and no file {name} here",
+                              fix=f"Pass the log's path (e.g. ./{name}), '-' for stdin, or a run name. "
+                                  + (exc.fix or "")) from None
+        raise
     diag = diagnose_run(record, record_runners(record), threshold=threshold)
     return diag.report, [s.label for s in diag.sources], diag.read
 

@@ -23,7 +23,14 @@ def _name(ref: str) -> str:
         from forklift.stack import load
 
         return load(ref)[0].name
-    return ref
+    from forklift.errors import RecipeError
+    from forklift.stack.schema import checked_name
+
+    try:
+        return checked_name(ref)
+    except ValueError as exc:
+        raise RecipeError(f"invalid stack name {ref!r}: {exc}",
+                          fix="Pass the stack's name (its `name:`) or the path of its STACK.yaml.") from None
 
 
 @stack_app.command("plan")

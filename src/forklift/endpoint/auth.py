@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 
 from forklift.errors import ApiKeyMissingError
+from forklift.names import ENV_NAME
 
 
 def api_key(var: str | None, *, environ: Mapping[str, str] | None = None, who: str = "this run") -> str | None:
@@ -13,6 +14,10 @@ def api_key(var: str | None, *, environ: Mapping[str, str] | None = None, who: s
     unset or empty: a request without it would only come back 401."""
     if var is None:
         return None
+    if not ENV_NAME.fullmatch(var):
+        raise ApiKeyMissingError(f"{who}: {var!r} is not an environment variable name",
+                                 fix="Name the variable that holds the key (e.g. --api-key-env MY_KEY), not the key "
+                                     "itself.")
     value = (os.environ if environ is None else environ).get(var)
     if not value:
         raise ApiKeyMissingError(f"{who} needs an API key from ${var}, which is not set here",

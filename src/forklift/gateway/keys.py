@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from forklift import paths
-from forklift.errors import GatewayKeyError
+from forklift.errors import GatewayKeyError, StateDirError
 
 PREFIX = "fk-"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
@@ -33,8 +33,12 @@ def gateway_dir() -> Path:
 def private_dir() -> Path:
     """The gateway's folder, made owner-only (keys, the audit log with its prompts under --log-content)."""
     d = gateway_dir()
-    d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    d.chmod(0o700)
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        d.chmod(0o700)
+    except OSError as exc:
+        raise StateDirError(f"cannot make the gateway's folder {d}: {exc.strerror or exc}",
+                            fix="Point FORKLIFT_HOME at a folder you can write (runs, keys and logs).") from None
     return d
 
 

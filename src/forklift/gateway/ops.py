@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import yaml
 
+from forklift import paths
 from forklift.cluster.down import status as run_status
 from forklift.errors import GatewayError, RunNotFoundError
 from forklift.gateway.config import HOOKS, Backend, backends, litellm_config
@@ -47,9 +48,10 @@ def litellm_path() -> str:
     found = shutil.which("litellm")
     if found:
         return found
-    venv = Path.home() / ".cache" / "forklift" / "gateway-venvs" / f"litellm-{LITELLM_VERSION}" / "bin" / "litellm"
-    if venv.exists():
-        return str(venv)
+    for cache in (paths.cache_dir(), Path.home() / ".cache" / "forklift"):  # FORKLIFT_CACHE, or where make puts it
+        venv = cache / "gateway-venvs" / f"litellm-{LITELLM_VERSION}" / "bin" / "litellm"
+        if venv.exists():
+            return str(venv)
     raise GatewayError("LiteLLM's proxy is not installed",
                        fix=f"Install it in a venv of its own (`pip install 'litellm[proxy]=={LITELLM_VERSION}'`) and "
                            f"set {LITELLM_ENV} to its `litellm`, or run `make fixtures`.")

@@ -97,6 +97,8 @@ def _hints(cfg: Cfg) -> str:
 def family_for(cfg: Cfg, source: str) -> tuple[str, str, dict[str, Any]]:
     """(architecture, family name, family entry), or the reason the planner cannot describe it."""
     archs = cfg.get("architectures") or []
+    if isinstance(archs, str):  # a hand-written config: "LlamaForCausalLM" where transformers writes a list
+        archs = [archs]
     arch = str(archs[0]) if archs else str(cfg.get("model_type", "?"))
     refused = data().get("refused", {})
     if arch in refused:

@@ -10,13 +10,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,30}$")
 
 
-def _checked_name(v: str) -> str:
+def checked_name(v: str) -> str:
     if not _NAME.fullmatch(v):
         raise ValueError("use letters, digits, '.', '_' or '-', starting with a letter or digit (max 31)")
     return v
 
 
-Name = Annotated[str, AfterValidator(_checked_name)]
+Name = Annotated[str, AfterValidator(checked_name)]
 """A stack's or a member's name (it becomes part of run names)."""
 
 

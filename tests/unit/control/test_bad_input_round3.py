@@ -197,3 +197,19 @@ def test_logs_of_a_rank_whose_log_is_gone_say_so(tmp_path: Path) -> None:
         read_log(record)
     (tmp_path / "vllm.log").write_text("a\nb\n")
     assert read_log(record) == ["a", "b"] and read_log(record, tail=1) == ["b"] and read_log(record, tail=0) == []
+
+
+def test_small_input_mistakes_name_themselves() -> None:
+    res = forklift("stack", "status", "a/b")
+    assert res.returncode == 2 and "invalid stack name" in res.stderr
+    res = forklift("check", "--url", "http://127.0.0.1:9", "--model", "m", "--api-key-env", "A B")
+    assert res.returncode == 2 and "not an environment variable name" in res.stderr
+    res = forklift("doctor", "vllm.log")
+    assert res.returncode == 2 and "no file vllm.log" in res.stderr
+
+
+def test_a_config_whose_architectures_is_one_string_is_read(tmp_path: Path) -> None:
+    from forklift.model.archrules import family_for
+
+    arch, family, _ = family_for({"architectures": "LlamaForCausalLM", "model_type": "llama"}, "config.json")
+    assert arch == "LlamaForCausalLM" and family
