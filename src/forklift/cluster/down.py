@@ -102,8 +102,11 @@ def _supervisor_alive(state: SupervisorState, runner: Runner) -> bool:
         return False
     text = res.stdout.strip()
     words = text.split()
-    return (res.ok and not text.startswith("Z") and "forklift" in text and "supervise" in words
-            and state.name in words[words.index("supervise") + 1:])
+    if not res.ok or text.startswith("Z") or "forklift" not in text or "supervise" not in words:
+        return False
+    after = words[words.index("supervise") + 1:]
+    # `supervise NAME ...`, or a bare `supervise [--options]` (it takes the only run): never another run's
+    return state.name in after or not [w for w in after if not w.startswith("-")]
 
 
 def _runner_for(state: SupervisorState, runner: Runner | None) -> Runner:
@@ -157,7 +160,9 @@ def down(record: RunRecord, *, grace_s: float | None = None,
     Refused while another process's ``up`` of the run still holds its lock: that ``up`` would start the ranks it
     has not spawned yet after this returned, and save the run as ready over "stopped"."""
     starting = up_in_progress(record.name)
-    if starting is not None and starting != os.getpid():
+    supervising = load_state(record.name)
+    if starting is not None and starting != os.getpid() and not (
+            supervising is not None and supervising.pid == starting):  # the supervisor's restart: stopped below
         who = f"pid {starting}" if starting else "another process"
         raise RunError(f"{record.name}: an `up` ({who}) is still starting it; stopping now would leave that `up` "
                        "to start the rest and report it ready",

@@ -118,7 +118,10 @@ def spawn_group(recipe: Recipe, group: Sequence[RankLaunch], record: RunRecord,
             started[i] = RankState(rank=rl.rank, host=rl.host, pid=spawned.pid, pgid=spawned.pid,
                                    container=rl.container, log_path=log_path, ssh=recipe.nodes[rl.node_index].ssh,
                                    node_index=rl.node_index, role=rl.role)
-        when = procs.start_time(runner, spawned.pid)  # after recording it: an interrupt here loses no rank
+        try:  # after recording it: an interrupt here loses no rank
+            when = procs.start_time(runner, spawned.pid)
+        except ForkliftError:  # a flaky ssh round trip costs the pid check, never the start
+            when = None
         with guard:
             started[i] = started[i].model_copy(update={"started": when})
 

@@ -31,6 +31,7 @@ from forklift.errors import (
     ModelNotFoundError,
     NodeError,
     PatchError,
+    PlanError,
     PortInUseError,
     RunAlreadyRunningError,
     RunNotFoundError,
@@ -96,7 +97,10 @@ def _for_version(plan: Plan | Unplanned, version: str) -> Plan | Unplanned:
     if not isinstance(plan, Plan) or plan.platform != "cuda":
         return plan
     base = version.split("+")[0]
-    if rules.rules_for(base).matched == rules.rules_for(plan.vllm_version).matched:
+    try:
+        if rules.rules_for(base).matched == rules.rules_for(plan.vllm_version).matched:
+            return plan
+    except PlanError:  # the nodes' version did not parse ("unknown"): keep the plan made
         return plan
     again = make(plan.deployment, vllm_version=base)
     return again.model_copy(update={"decisions": plan.decisions})

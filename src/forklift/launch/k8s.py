@@ -24,14 +24,16 @@ def k8s_name(text: str) -> str:
 
 
 def _literal(text: str) -> str:
-    """Text Kubernetes passes on as written: ``$(`` becomes ``$$(`` (its escape for a variable reference)."""
-    return text.replace("$(", "$$(")
+    """Text Kubernetes passes on as written: every ``$`` doubled (``$$`` is its escape, so ``$(VAR)`` and an
+    already doubled ``$$(VAR)`` both arrive as typed)."""
+    return text.replace("$", "$$")
 
 
 def _container(recipe: Recipe, decisions: Decisions, image: str, model_path: str, *, leader: bool) -> dict[str, Any]:
     nnodes = len(recipe.nodes)
     # without the leading "serve"; Kubernetes expands $(VAR) in args and env values (a served name or an extra arg
-    # of "$(VLLM_API_KEY)" would hand the key to vLLM's argv and log): the recipe's own text gets "$$"
+    # of "$(VLLM_API_KEY)" would hand the key to vLLM's argv and log): the recipe's own text is escaped, forklift's
+    # own references to the LeaderWorkerSet's variables (added below) are not
     args = [_literal(a) for a in engine_args(recipe, decisions, model_path)[1:]]
     if nnodes > 1:
         if recipe.parallel.backend == "ray":

@@ -289,7 +289,16 @@ def _ours(path: Path) -> bool:
             return "forklift" in (json.loads(text).get("tags") or [])
         except (ValueError, AttributeError):
             return False
-    return text.startswith(HEADER)
+    if text.startswith(HEADER):
+        return True
+    try:  # an export from before the header: forklift's job or rule group names
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return False
+    names = [str(x.get("job_name", x.get("name", ""))) for x in
+             ((data.get("scrape_configs") or []) + (data.get("groups") or []) if isinstance(data, dict) else [])
+             if isinstance(x, dict)]
+    return bool(names) and all(n.startswith("forklift-") for n in names)
 
 
 def write(export: Export, out_dir: Path, *, scrape_interval_s: int = 15, force: bool = False) -> dict[str, Path]:

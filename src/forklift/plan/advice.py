@@ -69,7 +69,7 @@ def _candidates(core_plan: Core) -> list[tuple[str, list[str]]]:
         need = max(lay.needed_bytes() for lay in core_plan.layouts) / GIB
         pool = min(core_plan.pools) / GIB
         if need > pool:  # vLLM-CPU's pool is what the recipe sets: enough for the longest request, 1 GiB at least
-            gib = max(1.0, math.ceil(need * 1.05 * 100) / 100)
+            gib = float(max(1, math.ceil(need * 1.05)))  # whole GiB: vLLM-CPU reads it with int()
             out.append((f"a larger vLLM-CPU KV pool: serve.cpu_kv_cache_gib {pool:.3g} -> {gib:g}",
                         [f"serve.cpu_kv_cache_gib={gib:g}"]))
     if st.kv_dtype in ("auto", "bfloat16", "float16"):
@@ -193,4 +193,11 @@ def advice(core_plan: Core) -> list[Advice]:
     pinned = pinned_pool(core_plan.ctx, core_plan.ranks, core_plan.pools)
     if pinned is not None:
         return _smaller_pool(core_plan, pinned)
+    gib = core_plan.ctx.deployment.recipe.serve.cpu_kv_cache_gib
+    if core_plan.settings.platform == "cpu" and gib is not None and not float(gib).is_integer():
+        sets = [f"serve.cpu_kv_cache_gib={max(1, math.ceil(gib))}"]
+        alt = _with_sets(core_plan, sets)
+        if alt is not None:  # vLLM-CPU takes whole GiB only
+            return [_advice(f"whole GiB: serve.cpu_kv_cache_gib {gib:g} -> {max(1, math.ceil(gib))}", sets, alt,
+                            f"{alt.kv_tokens:,} KV tokens" + ("; fits" if alt.fits else "; still short"))]
     return [*_ladder(core_plan), *_context_and_dcp(core_plan), *_one_more_node(core_plan)]

@@ -193,7 +193,7 @@ def _kv_notes(core: Core) -> list[str]:
     return notes
 
 
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|(^|_)KEY($|_)|API_?KEY|CREDENTIAL", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"(^|_)TOKEN($|_)|SECRET|PASSW|(^|_)KEY($|_)|API_?KEY|CREDENTIAL", re.IGNORECASE)
 
 
 def _layout_notes(core: Core, suggested: list[int] | None, stage_weights: list[float]) -> list[str]:

@@ -94,7 +94,6 @@ def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 _RELEASE = re.compile(r"\d+\.\d+(\.\d+)?([.+-][0-9A-Za-z.+-]*)?")
 
 
-@cache
 def check_release(version: str) -> str:
     """A release a user names (``--vllm-version``): a version string, not older than the planner's first rules."""
     oldest = min(data()["versions"], key=version_key)
@@ -105,6 +104,7 @@ def check_release(version: str) -> str:
     return version
 
 
+@cache
 def rules_for(version: str | None) -> VersionRules:
     """The rules of ``version`` (default: data's default_version): every entry not above it, merged in order."""
     version = version or default_version()

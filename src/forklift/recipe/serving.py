@@ -11,9 +11,9 @@ from pydantic import Field, field_validator, model_validator
 from forklift.recipe.speculative import Speculative
 from forklift.recipe.strict import Strict
 
-# RFC 1123 host names: dot-separated labels of letters, digits and inner '-'
-_HOSTNAME_RE = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-                          r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
+# host names: dot-separated labels of letters, digits and inner '-' (RFC 1123) or '_' (/etc/hosts and compose names)
+_HOSTNAME_RE = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+                          r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?")
 
 # Every --kv-cache-dtype stock vLLM 0.23-0.33 accepts (config/cache.py CacheDType); which release takes which name,
 # and the bytes each stores, are the planner's data (plan/data/vllm.yaml kv_cache_dtypes).

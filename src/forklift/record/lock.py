@@ -53,8 +53,8 @@ class RunLock:
             os.close(fd)
             raise RunAlreadyRunningError(
                 f"another `forklift up` for '{self.name}' is in progress" + (f" (pid {other})" if other else ""),
-                fix=f"Wait for it (`forklift status {self.name}`), stop it with `forklift down {self.name}`, or "
-                "start this one with `--name OTHER`.",
+                fix=f"Wait for it (`forklift status {self.name}`), stop it (Ctrl-C where it runs"
+                + (f", or kill {other}" if other else "") + "), or start this one with `--name OTHER`.",
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())

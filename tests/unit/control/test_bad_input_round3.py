@@ -213,3 +213,11 @@ def test_a_config_whose_architectures_is_one_string_is_read(tmp_path: Path) -> N
 
     arch, family, _ = family_for({"architectures": "LlamaForCausalLM", "model_type": "llama"}, "config.json")
     assert arch == "LlamaForCausalLM" and family
+
+
+def test_a_fractional_vllm_cpu_pool_does_not_fit_and_the_advice_rounds_it() -> None:
+    plan = make(recipes.load("default", ["serve.cpu_kv_cache_gib=1.5"]))
+    assert not plan.fits and plan.error is not None and "whole number of GiB" in plan.error
+    assert plan.advice[0].set == ["serve.cpu_kv_cache_gib=2"] and plan.advice[0].fits
+    advised = make(recipes.load("default", ["serve.cpu_kv_cache_gib=100"])).advice[0].set[0]
+    assert float(advised.split("=")[1]).is_integer()  # vLLM-CPU reads VLLM_CPU_KVCACHE_SPACE with int()

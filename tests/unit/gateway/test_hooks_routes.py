@@ -26,9 +26,11 @@ import forklift_gateway_hooks as h
 
 def request(method, path, body):
     raw = body.encode()
+    path, _, query = path.partition("?")
     async def receive():
         return {"type": "http.request", "body": raw, "more_body": False}
-    return Request({"type": "http", "method": method, "path": path, "headers": [], "query_string": b""}, receive)
+    return Request({"type": "http", "method": method, "path": path, "headers": [], "query_string": query.encode()},
+                   receive)
 
 async def main():
     out = []
@@ -64,6 +66,7 @@ def test_a_limited_key_reaches_only_its_models_whatever_the_route() -> None:
         (alice, "GET", "/key/list", ""),
         (alice, "GET", "/v1/models", ""),
         (admin, "POST", "/openai/deployments/big/chat/completions", small),
+        (alice, "POST", "/v1/chat/completions?model=big", small),  # LiteLLM takes ?model= over the body's
     ]
     env = {**os.environ, "FORKLIFT_GATEWAY_DIR": str(d), "PYTHONPATH": str(d)}
     res = subprocess.run([str(PYTHON), "-c", _CALL, json.dumps(cases)], env=env, capture_output=True, text=True,
@@ -79,3 +82,4 @@ def test_a_limited_key_reaches_only_its_models_whatever_the_route() -> None:
     assert got[6][0] == 403  # LiteLLM's admin API
     assert got[7] == ["allowed", "alice"]
     assert got[8] == ["allowed", "forklift-admin"]
+    assert got[9][0] == 400 and "query string" in got[9][1]

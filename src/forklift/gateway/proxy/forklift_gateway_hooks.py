@@ -114,6 +114,9 @@ async def user_api_key_auth(request: Request, api_key: str) -> UserAPIKeyAuth:
         if path not in INFERENCE_ROUTES and path not in OPEN_ROUTES:
             raise _refuse(403, f"key {name!r} may call {', '.join(sorted(INFERENCE_ROUTES | OPEN_ROUTES))}, not "
                           f"{route}", name, model, route)
+        if "model" in request.query_params:  # LiteLLM prefers ?model= over the body's: one place only
+            raise _refuse(400, f"key {name!r}: name the model in the JSON body's \"model\", not in the query "
+                          "string", name, model, route)
         if path in INFERENCE_ROUTES and model is None and allowed is not None:
             raise _refuse(400, f"key {name!r} is limited to models {', '.join(allowed)}: name one in the JSON "
                           "body's \"model\"", name, model, route)
