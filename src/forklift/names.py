@@ -9,6 +9,14 @@ import re
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 """What an environment variable's name may be, everywhere forklift passes one (POSIX's portable names)."""
+
+
+def has_control(text: str) -> bool:
+    """Whether ``text`` holds a control character (C0 or DEL): a newline ends a unit-file or YAML line, a tab or
+    NUL splits a value, wherever the text goes on as one line."""
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
 _SSH_HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
 _SSH_USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 

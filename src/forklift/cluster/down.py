@@ -160,9 +160,9 @@ def down(record: RunRecord, *, grace_s: float | None = None,
     Refused while another process's ``up`` of the run still holds its lock: that ``up`` would start the ranks it
     has not spawned yet after this returned, and save the run as ready over "stopped"."""
     starting = up_in_progress(record.name)
-    supervising = load_state(record.name)
     if starting is not None and starting != os.getpid() and not (
-            supervising is not None and supervising.pid == starting):  # the supervisor's restart: stopped below
+            (supervising := load_state(record.name)) is not None
+            and supervising.pid == starting):  # the supervisor's restart: stopped below
         who = f"pid {starting}" if starting else "another process"
         raise RunError(f"{record.name}: an `up` ({who}) is still starting it; stopping now would leave that `up` "
                        "to start the rest and report it ready",

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
+from forklift.names import has_control
 from forklift.recipe.strict import OneLine, Strict
 
 
@@ -115,7 +116,7 @@ Runtime = Annotated[VenvRuntime | DockerRuntime, Field(discriminator="kind")]
 
 def check_image(ref: str) -> str:
     """A docker image reference as one argv word: not empty, no spaces or control characters, not an option."""
-    if not ref or ref.startswith("-") or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in ref):
+    if not ref or ref.startswith("-") or has_control(ref) or any(c.isspace() for c in ref):
         raise ValueError(f"{ref!r}: not an image reference (no spaces, not starting with '-'; e.g. "
                          "vllm/vllm-openai:v0.32.0)")
     return ref

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 
-from forklift.names import ENV_NAME
+from forklift.names import ENV_NAME, has_control
 
 
 class Strict(BaseModel):
@@ -41,7 +41,7 @@ EnvMap = Annotated[dict[str, str], BeforeValidator(_env_values_as_text), AfterVa
 def _one_line(value: str) -> str:
     """Text that reaches an argv, a unit file, a YAML or a manifest as one value: no control characters (a newline
     would start a directive of its own in a systemd unit) and no leading '-' (an argv would read it as an option)."""
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if has_control(value):
         raise ValueError(f"{value!r} holds a control character (newline, tab, ...): one line of printable text")
     if value.startswith("-"):
         raise ValueError(f"{value!r} starts with '-', which a command line reads as an option")

@@ -21,6 +21,7 @@ from pathlib import Path
 from forklift import paths
 from forklift.endpoint.auth import api_key
 from forklift.errors import ServiceError, SupervisorGaveUpError
+from forklift.names import has_control
 from forklift.record import RunRecord
 from forklift.runner import Completed, Runner
 from forklift.supervise import command
@@ -48,7 +49,7 @@ def quote(value: str) -> str:
 
 
 def _one_line(value: str) -> str:
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if has_control(value):
         raise ServiceError(f"{value!r} holds a control character, which would end its line of the unit file",
                            fix="Use one line of printable text in the run's names, paths and environment.")
     return value
